@@ -1,0 +1,186 @@
+// normgen: the command-line driver. Each subcommand is one step of the pipeline
+//   .norm --parse--> AST --check--> NormSpec --(reference | backends)--> outputs
+// Exit codes: 0 success, 1 user error (bad declaration, bad input), 2 internal error (a normgen bug).
+#include "codegen/driver/catalog_table.h"
+#include "codegen/driver/describe.h"
+#include "dsl/checker.h"
+#include "dsl/printer.h"
+#include "runtime/errors.h"
+#include "runtime/npy.h"
+#include "runtime/reference/interpreter.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+using namespace normgen;
+
+namespace {
+
+const char *kUsage = R"(normgen - declare a normalization layer once, get verified kernels for it.
+
+usage: normgen <command> [options]
+
+commands:
+  check FILE...         Check .norm declarations; print located diagnostics.
+                        Exit 0 when every file is valid, 1 otherwise.
+  print FILE            Print the declaration in canonical form.
+  describe FILE         Print the recorded facts: inputs, outputs, reduction stages and
+                        their axes, eps placement, affine terms, precisions.
+  catalog FILE...       One table row per declaration: reduction stages and axes, eps
+                        placement, affine terms, outputs, and a float64 reference
+                        evaluation on fresh random inputs (exit 1 if any row fails).
+  run FILE --in NAME=FILE.npy... --out DIR [--backend reference] [--set NAME=VALUE...]
+                        Evaluate the declaration on NumPy .npy inputs (every input and
+                        parameter, by its declared name) and write each output as
+                        DIR/NAME.npy (float64). --set overrides a declared const or fixes
+                        an axis extent (e.g. --set eps=1e-6 --set g=4). Nothing is written
+                        unless every input is valid.
+
+options:
+  -h, --help            Show this help (also: normgen <command> --help).
+  --version             Show the version.
+
+exit codes: 0 success, 1 user error, 2 internal error.
+
+examples:
+  normgen check dsl/catalog/*.norm
+  normgen describe dsl/catalog/group_norm_nhwc.norm
+  normgen run dsl/catalog/rms_norm.norm --in x=x.npy --in weight=w.npy --out out/
+)";
+
+struct Usage : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+int cmd_check(const std::vector<std::string> &files) {
+    if (files.empty()) throw Usage("check: give at least one .norm file");
+    int bad = 0;
+    for (const auto &f : files) {
+        try {
+            load_norm_file(f);
+        } catch (const DiagnosticError &e) {
+            std::cerr << e.render();
+            ++bad;
+        }
+    }
+    if (bad) std::cerr << bad << " of " << files.size() << " file" << (files.size() == 1 ? "" : "s") << " had errors\n";
+    return bad ? 1 : 0;
+}
+
+std::pair<std::string, std::string> split_assignment(const std::string &arg, const char *flag) {
+    size_t eq = arg.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size())
+        throw Usage(std::string(flag) + " expects NAME=VALUE, got '" + arg + "'");
+    return {arg.substr(0, eq), arg.substr(eq + 1)};
+}
+
+int cmd_run(const std::vector<std::string> &args) {
+    std::string file, out_dir, backend = "reference";
+    std::vector<std::pair<std::string, std::string>> ins;
+    Overrides overrides;
+    for (size_t i = 0; i < args.size(); ++i) {
+        const std::string &a = args[i];
+        auto value = [&](const char *flag) -> std::string {
+            if (i + 1 >= args.size()) throw Usage(std::string(flag) + " needs a value");
+            return args[++i];
+        };
+        if (a == "--in") ins.push_back(split_assignment(value("--in"), "--in"));
+        else if (a == "--out" || a == "-o") out_dir = value("--out");
+        else if (a == "--backend") backend = value("--backend");
+        else if (a == "--set") {
+            auto [name, v] = split_assignment(value("--set"), "--set");
+            char *end = nullptr;
+            double d = std::strtod(v.c_str(), &end);
+            if (!end || *end) throw Usage("--set " + name + ": '" + v + "' is not a number");
+            overrides[name] = d;
+        } else if (!a.empty() && a[0] == '-') throw Usage("run: unknown option '" + a + "'");
+        else if (file.empty()) file = a;
+        else throw Usage("run: one .norm file at a time (got '" + file + "' and '" + a + "')");
+    }
+    if (file.empty()) throw Usage("run: give a .norm file");
+    if (out_dir.empty()) throw Usage("run: give --out DIR");
+    if (backend != "reference")
+        throw UserError("run: backend '" + backend + "' is not available in this build (available: reference)");
+
+    NormSpec spec = load_norm_file(file);
+    TensorMap inputs;
+    for (const auto &[name, path] : ins) {
+        if (!spec.find_tensor(name)) {
+            std::string known;
+            for (const auto &t : spec.tensors) known += (known.empty() ? "" : ", ") + t.name;
+            throw UserError("--in " + name + ": '" + spec.name + "' has no input or parameter named '" + name + "' (it has: " + known + ")");
+        }
+        if (inputs.count(name)) throw UserError("--in " + name + ": given twice");
+        inputs[name] = read_npy(path);
+    }
+    // Evaluate everything before creating the output folder: a bad call writes nothing.
+    TensorMap outputs = evaluate_reference(spec, inputs, overrides);
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    if (ec) throw UserError("--out " + out_dir + ": cannot create folder: " + ec.message());
+    for (const OutputInfo &o : spec.outputs) {
+        std::string path = (fs::path(out_dir) / (o.name + ".npy")).string();
+        write_npy(path, outputs.at(o.name));
+        std::cout << "wrote " << path << " " << shape_text(outputs.at(o.name).shape) << "\n";
+    }
+    return 0;
+}
+
+int dispatch(int argc, char **argv) {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (args.empty()) {
+        std::cerr << kUsage;
+        return 1;
+    }
+    for (const auto &a : args)
+        if (a == "-h" || a == "--help") {
+            std::cout << kUsage;
+            return 0;
+        }
+    std::string cmd = args[0];
+    std::vector<std::string> rest(args.begin() + 1, args.end());
+    if (cmd == "--version") {
+        std::cout << "normgen 0.1.0\n";
+        return 0;
+    }
+    if (cmd == "check") return cmd_check(rest);
+    if (cmd == "print" || cmd == "describe") {
+        if (rest.size() != 1) throw Usage(cmd + ": give exactly one .norm file");
+        NormSpec spec = load_norm_file(rest[0]);
+        std::cout << (cmd == "print" ? print_norm(spec) : describe_norm(spec));
+        return 0;
+    }
+    if (cmd == "run") return cmd_run(rest);
+    if (cmd == "catalog") {
+        if (rest.empty()) throw Usage("catalog: give at least one .norm file");
+        bool ok = true;
+        std::cout << catalog_table(rest, ok);
+        return ok ? 0 : 1;
+    }
+    throw Usage("unknown command '" + cmd + "'");
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    try {
+        return dispatch(argc, argv);
+    } catch (const Usage &e) {
+        std::cerr << "normgen: " << e.what() << "\n(see normgen --help)\n";
+        return 1;
+    } catch (const DiagnosticError &e) {
+        std::cerr << e.render();
+        return 1;
+    } catch (const UserError &e) {
+        std::cerr << "normgen: error: " << e.what() << "\n";
+        return 1;
+    } catch (const std::exception &e) {
+        std::cerr << "normgen: internal error: " << e.what() << "\n(this is a bug in normgen; please report it)\n";
+        return 2;
+    }
+}

@@ -1,0 +1,368 @@
+#include "runtime/reference/interpreter.h"
+
+#include "runtime/errors.h"
+
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <cmath>
+#include <limits>
+#include <unordered_map>
+
+namespace normgen {
+namespace {
+
+// A dense float64 array over a set of atomic axes, row-major in ascending axis-id order.
+struct Field {
+    AxisSet axes;
+    std::vector<int64_t> ext;
+    std::vector<double> data;
+};
+
+int64_t product(const std::vector<int64_t> &v) {
+    int64_t p = 1;
+    for (int64_t x : v) p *= x;
+    return p;
+}
+
+std::vector<int64_t> extents_of(const AxisSet &axes, const AxisExtents &e) {
+    std::vector<int64_t> r;
+    for (AxisId a : axes) r.push_back(e.extent[a]);
+    return r;
+}
+
+// Strides of `f` re-expressed along `axes` (0 where `f` lacks the axis): what broadcasting needs.
+std::vector<int64_t> strides_along(const Field &f, const AxisSet &axes) {
+    std::vector<int64_t> own(f.axes.size());
+    int64_t s = 1;
+    for (size_t i = f.axes.size(); i-- > 0;) { own[i] = s; s *= f.ext[i]; }
+    std::vector<int64_t> r(axes.size(), 0);
+    for (size_t i = 0; i < axes.size(); ++i) {
+        auto it = std::find(f.axes.begin(), f.axes.end(), axes[i]);
+        if (it != f.axes.end()) r[i] = own[it - f.axes.begin()];
+    }
+    return r;
+}
+
+// Visits every point of the box `ext`, keeping one running offset per stride vector.
+template <size_t N, typename F>
+void for_each_point(const std::vector<int64_t> &ext, const std::array<std::vector<int64_t>, N> &strides, F &&f) {
+    int64_t total = product(ext);
+    if (total == 0) return;
+    size_t rank = ext.size();
+    std::vector<int64_t> idx(rank, 0);
+    std::array<int64_t, N> off{};
+    for (int64_t n = 0; n < total; ++n) {
+        f(off);
+        for (size_t d = rank; d-- > 0;) {
+            ++idx[d];
+            for (size_t k = 0; k < N; ++k) off[k] += strides[k][d];
+            if (idx[d] < ext[d]) break;
+            for (size_t k = 0; k < N; ++k) off[k] -= strides[k][d] * ext[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+// Neumaier's compensated sum: the reference must be more accurate than any kernel it judges.
+struct CompensatedSum {
+    double sum = 0, c = 0;
+    void add(double x) {
+        double t = sum + x;
+        if (std::fabs(sum) >= std::fabs(x)) c += (sum - t) + x;
+        else c += (x - t) + sum;
+        sum = t;
+    }
+    double value() const { return sum + c; }
+};
+
+double apply_unary(UnaryOp op, double x) {
+    switch (op) {
+    case UnaryOp::Neg: return -x;
+    case UnaryOp::Sqrt: return std::sqrt(x);
+    case UnaryOp::Rsqrt: return 1.0 / std::sqrt(x);
+    case UnaryOp::Tanh: return std::tanh(x);
+    case UnaryOp::Exp: return std::exp(x);
+    case UnaryOp::Log: return std::log(x);
+    case UnaryOp::Abs: return std::fabs(x);
+    case UnaryOp::Sigmoid: return 1.0 / (1.0 + std::exp(-x));
+    }
+    return NAN;
+}
+
+double apply_binary(BinaryOp op, double a, double b) {
+    switch (op) {
+    case BinaryOp::Add: return a + b;
+    case BinaryOp::Sub: return a - b;
+    case BinaryOp::Mul: return a * b;
+    case BinaryOp::Div: return a / b;
+    // NaN propagates through max/min (std::fmax would hide it, and a hidden NaN is a passed test).
+    case BinaryOp::Max: return (std::isnan(a) || std::isnan(b)) ? NAN : std::max(a, b);
+    case BinaryOp::Min: return (std::isnan(a) || std::isnan(b)) ? NAN : std::min(a, b);
+    case BinaryOp::Pow: return std::pow(a, b);
+    }
+    return NAN;
+}
+
+class Interpreter {
+public:
+    Interpreter(const NormSpec &spec, const TensorMap &inputs, const Overrides &ov)
+        : spec_(spec), ov_(ov), ext_(bind_axes(spec, inputs, ov)) {
+        for (const TensorInfo &t : spec.tensors) tensors_.push_back(to_field(t, inputs.at(t.name)));
+        values_.resize(spec.values.size());
+    }
+
+    TensorMap run() {
+        TensorMap out;
+        for (const OutputInfo &o : spec_.outputs) {
+            const Field &f = value(o.value);
+            out[o.name] = from_field(f, o.dims);
+        }
+        return out;
+    }
+
+private:
+    const NormSpec &spec_;
+    const Overrides &ov_;
+    AxisExtents ext_;
+    std::vector<Field> tensors_;
+    std::vector<std::unique_ptr<Field>> values_;
+    std::unordered_map<const Node *, Field> cache_;
+
+    // Strides of a tensor stored in its declared (memory) order, along the atomic axes in that order.
+    std::vector<AxisId> memory_atoms(const std::vector<AxisId> &dims) const {
+        std::vector<AxisId> atoms;
+        for (AxisId d : dims) {
+            if (spec_.axes[d].is_split()) atoms.insert(atoms.end(), spec_.axes[d].parts.begin(), spec_.axes[d].parts.end());
+            else atoms.push_back(d);
+        }
+        return atoms;
+    }
+
+    Field to_field(const TensorInfo &t, const HostTensor &h) const {
+        Field f;
+        f.axes = t.axes;
+        f.ext = extents_of(f.axes, ext_);
+        f.data.resize((size_t)product(f.ext));
+        // Memory strides of h, re-expressed along the canonical axes.
+        std::vector<AxisId> atoms = memory_atoms(t.dims);
+        std::vector<int64_t> src(f.axes.size());
+        int64_t s = 1;
+        for (size_t i = atoms.size(); i-- > 0;) {
+            size_t k = std::find(f.axes.begin(), f.axes.end(), atoms[i]) - f.axes.begin();
+            src[k] = s;
+            s *= ext_.extent[atoms[i]];
+        }
+        if (t.axes.empty()) {  // scalar: any one-element array
+            f.data[0] = h.data.at(0);
+            return f;
+        }
+        std::vector<int64_t> dst = strides_along(f, f.axes);
+        for_each_point<2>(f.ext, {dst, src}, [&](const std::array<int64_t, 2> &o) { f.data[o[0]] = h.data[o[1]]; });
+        return f;
+    }
+
+    HostTensor from_field(const Field &f, const std::vector<AxisId> &dims) const {
+        HostTensor h;
+        h.shape = physical_shape(spec_, dims, ext_);
+        h.data.resize((size_t)product(f.ext));
+        std::vector<AxisId> atoms = memory_atoms(dims);
+        std::vector<int64_t> dst(f.axes.size());
+        int64_t s = 1;
+        for (size_t i = atoms.size(); i-- > 0;) {
+            size_t k = std::find(f.axes.begin(), f.axes.end(), atoms[i]) - f.axes.begin();
+            dst[k] = s;
+            s *= ext_.extent[atoms[i]];
+        }
+        std::vector<int64_t> src = strides_along(f, f.axes);
+        for_each_point<2>(f.ext, {dst, src}, [&](const std::array<int64_t, 2> &o) { h.data[o[0]] = f.data[o[1]]; });
+        return h;
+    }
+
+    const Field &value(int index) {
+        if (!values_[index]) values_[index] = std::make_unique<Field>(eval(*spec_.values[index].expr));
+        return *values_[index];
+    }
+
+    Field scalar(double v) const { return Field{{}, {}, {v}}; }
+
+    double const_value(const Node &n) const {
+        auto it = ov_.find(n.name);
+        if (it != ov_.end()) return it->second;
+        const ConstInfo *c = spec_.find_const(n.name);
+        return c ? c->value : n.value;
+    }
+
+    Field eval(const Node &n) {
+        switch (n.kind) {
+        case Node::Literal: return scalar(n.value);
+        case Node::Const: return scalar(const_value(n));
+        case Node::Tensor: return tensors_[n.index];
+        case Node::Value: return value(n.index);
+        case Node::Count: {
+            double c = 1;
+            for (AxisId a : n.over) c *= (double)ext_.extent[a];
+            return scalar(c);
+        }
+        case Node::Unary: {
+            Field f = eval(*n.args[0]);
+            for (double &v : f.data) v = apply_unary(n.unary, v);
+            return f;
+        }
+        case Node::Binary: {
+            Field a = eval(*n.args[0]), b = eval(*n.args[1]);
+            Field r;
+            r.axes = n.axes;
+            r.ext = extents_of(r.axes, ext_);
+            r.data.resize((size_t)product(r.ext));
+            std::array<std::vector<int64_t>, 3> st{strides_along(r, r.axes), strides_along(a, r.axes), strides_along(b, r.axes)};
+            for_each_point<3>(r.ext, st, [&](const std::array<int64_t, 3> &o) {
+                r.data[o[0]] = apply_binary(n.binary, a.data[o[1]], b.data[o[2]]);
+            });
+            return r;
+        }
+        case Node::Reduce: return reduce(n, eval(*n.args[0]));
+        }
+        throw std::logic_error("reference: unknown node kind");
+    }
+
+    Field reduce(const Node &n, const Field &in) {
+        Field r;
+        r.axes = n.axes;
+        r.ext = extents_of(r.axes, ext_);
+        size_t m = (size_t)product(r.ext);
+        double count = 1;
+        for (AxisId a : n.over) count *= (double)ext_.extent[a];
+        std::array<std::vector<int64_t>, 2> st{strides_along(in, in.axes), strides_along(r, in.axes)};
+        auto sum_of = [&](auto &&term) {
+            std::vector<CompensatedSum> acc(m);
+            for_each_point<2>(in.ext, st, [&](const std::array<int64_t, 2> &o) { acc[o[1]].add(term(in.data[o[0]], o[1])); });
+            std::vector<double> s(m);
+            for (size_t i = 0; i < m; ++i) s[i] = acc[i].value();
+            return s;
+        };
+        switch (n.reduce) {
+        case ReduceOp::Sum:
+            r.data = sum_of([](double x, int64_t) { return x; });
+            break;
+        case ReduceOp::Mean:
+            r.data = sum_of([](double x, int64_t) { return x; });
+            for (double &v : r.data) v /= count;
+            break;
+        case ReduceOp::Var: {
+            // Two-pass population variance: mean first, then the mean squared deviation.
+            std::vector<double> mu = sum_of([](double x, int64_t) { return x; });
+            for (double &v : mu) v /= count;
+            r.data = sum_of([&](double x, int64_t i) { double d = x - mu[i]; return d * d; });
+            for (double &v : r.data) v /= count;
+            break;
+        }
+        case ReduceOp::Max:
+        case ReduceOp::Min: {
+            bool is_max = n.reduce == ReduceOp::Max;
+            r.data.assign(m, is_max ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity());
+            for_each_point<2>(in.ext, st, [&](const std::array<int64_t, 2> &o) {
+                r.data[o[1]] = apply_binary(is_max ? BinaryOp::Max : BinaryOp::Min, r.data[o[1]], in.data[o[0]]);
+            });
+            break;
+        }
+        }
+        return r;
+    }
+};
+
+}  // namespace
+
+void validate_overrides(const NormSpec &spec, const Overrides &overrides) {
+    for (const auto &[name, v] : overrides) {
+        if (spec.find_const(name)) continue;
+        AxisId a = spec.find_axis(name);
+        if (a >= 0 && !spec.axes[a].is_split()) {
+            if (v < 1 || v != std::floor(v)) throw UserError("--set " + name + ": an axis extent must be a positive integer");
+            continue;
+        }
+        throw UserError("--set " + name + ": '" + spec.name + "' has no constant or axis named '" + name + "'");
+    }
+}
+
+AxisExtents bind_axes(const NormSpec &spec, const TensorMap &inputs, const Overrides &overrides) {
+    validate_overrides(spec, overrides);
+    AxisExtents e;
+    e.extent.assign(spec.axes.size(), -1);
+    std::vector<std::string> bound_by(spec.axes.size());
+    for (size_t a = 0; a < spec.axes.size(); ++a) {
+        auto it = overrides.find(spec.axes[a].name);
+        if (it != overrides.end()) e.extent[a] = (int64_t)it->second;
+        else if (spec.axes[a].fixed_extent) e.extent[a] = *spec.axes[a].fixed_extent;
+        if (e.extent[a] >= 0) bound_by[a] = "its fixed extent";
+    }
+    auto bind = [&](AxisId a, int64_t n, const TensorInfo &t) {
+        if (e.extent[a] < 0) {
+            e.extent[a] = n;
+            bound_by[a] = "'" + t.name + "'";
+        } else if (e.extent[a] != n) {
+            throw UserError(std::string(t.role == TensorInfo::Param ? "parameter" : "input") + " '" + t.name + "': axis '" + spec.axes[a].name + "' has extent " + std::to_string(n) +
+                            " but " + bound_by[a] + " gives it " + std::to_string(e.extent[a]));
+        }
+    };
+    for (const TensorInfo &t : spec.tensors) {
+        auto it = inputs.find(t.name);
+        const char *role = t.role == TensorInfo::Param ? "parameter" : "input";
+        if (it == inputs.end())
+            throw UserError(std::string("missing ") + role + " '" + t.name + "' of shape " + spec.axes_text(t.dims));
+        const HostTensor &h = it->second;
+        if ((int64_t)h.data.size() != h.numel())
+            throw UserError(std::string(role) + " '" + t.name + "' holds " + std::to_string(h.data.size()) +
+                            " values but its shape " + shape_text(h.shape) + " needs " + std::to_string(h.numel()));
+        if (t.dims.empty()) {
+            if (h.numel() != 1)
+                throw UserError(std::string(role) + " '" + t.name + "' is a scalar; expected one element, got shape " + shape_text(h.shape));
+            continue;
+        }
+        if (h.shape.size() != t.dims.size())
+            throw UserError(std::string(role) + " '" + t.name + "': expected rank " + std::to_string(t.dims.size()) + " " +
+                            spec.axes_text(t.dims) + ", got shape " + shape_text(h.shape));
+        for (size_t i = 0; i < t.dims.size(); ++i) {
+            const Axis &ax = spec.axes[t.dims[i]];
+            int64_t n = h.shape[i];
+            if (n < 1)
+                throw UserError(std::string(role) + " '" + t.name + "': axis '" + ax.name + "' has extent " + std::to_string(n) +
+                                "; every extent must be at least 1");
+            if (!ax.is_split()) { bind(t.dims[i], n, t); continue; }
+            int64_t known = 1;
+            AxisId unknown = -1;
+            for (AxisId p : ax.parts) {
+                if (e.extent[p] >= 0) known *= e.extent[p];
+                else unknown = p;
+            }
+            if (unknown < 0) {
+                if (known != n)
+                    throw UserError(std::string(role) + " '" + t.name + "': split axis '" + ax.name + "' has extent " + std::to_string(n) +
+                                    " but its parts multiply to " + std::to_string(known));
+                continue;
+            }
+            if (n % known != 0)
+                throw UserError(std::string(role) + " '" + t.name + "': axis '" + ax.name + "' has extent " + std::to_string(n) +
+                                ", which is not divisible by " + std::to_string(known) + " (the fixed parts of its split)");
+            bind(unknown, n / known, t);
+        }
+    }
+    return e;
+}
+
+std::vector<int64_t> physical_shape(const NormSpec &spec, const std::vector<AxisId> &dims, const AxisExtents &ext) {
+    std::vector<int64_t> shape;
+    for (AxisId d : dims) {
+        int64_t n = 1;
+        if (spec.axes[d].is_split()) for (AxisId p : spec.axes[d].parts) n *= ext.extent[p];
+        else n = ext.extent[d];
+        shape.push_back(n);
+    }
+    return shape;
+}
+
+TensorMap evaluate_reference(const NormSpec &spec, const TensorMap &inputs, const Overrides &overrides) {
+    return Interpreter(spec, inputs, overrides).run();
+}
+
+}  // namespace normgen

@@ -1,0 +1,162 @@
+// Every user mistake gets `file:line:col: error: message`, the line, and a caret. Each case below
+// asserts the message text and the exact location of its first diagnostic.
+#include "dsl/checker.h"
+
+#include <catch2/catch.hpp>
+
+#include <sstream>
+
+using namespace normgen;
+
+namespace {
+
+struct Case {
+    const char *what;
+    std::string source;
+    int line;
+    std::string anchor;  // the text the caret must point at: its first occurrence on `line`
+    std::string message; // a substring of the message
+    int occurrence = 1;  // which occurrence of `anchor` on the line
+};
+
+std::string line_of(const std::string &src, int line) {
+    std::istringstream is(src);
+    std::string l;
+    for (int i = 0; i < line && std::getline(is, l); ++i) {}
+    return l;
+}
+
+int col_of(const std::string &src, int line, const std::string &anchor, int occurrence) {
+    std::string l = line_of(src, line);
+    size_t pos = std::string::npos, from = 0;
+    for (int k = 0; k < occurrence; ++k) {
+        pos = l.find(anchor, from);
+        if (pos == std::string::npos) return -1;
+        from = pos + 1;
+    }
+    return (int)pos + 1;
+}
+
+Diagnostic first_diagnostic(const std::string &src) {
+    try {
+        load_norm_text("t.norm", src);
+    } catch (const DiagnosticError &e) {
+        REQUIRE(!e.diagnostics().empty());
+        return e.diagnostics().front();
+    }
+    FAIL("expected a diagnostic, but the declaration was accepted:\n" << src);
+    return {};
+}
+
+// A valid declaration the cases below break one piece at a time.
+const char *kValid = R"(norm ln(x: [rows, d]) -> y {
+  param weight: [d]
+  const eps = 1e-5
+  mu = mean(x, over: d)
+  v = var(x, over: d)
+  y = (x - mu) * rsqrt(v + eps) * weight
+  accumulate f32
+  storage x, y: f32 | bf16
+})";
+
+}  // namespace
+
+TEST_CASE("the valid base declaration is accepted", "[dsl][diagnostics]") {
+    NormSpec s = load_norm_text("t.norm", kValid);
+    CHECK(s.outputs.size() == 1);
+}
+
+TEST_CASE("diagnostics: text and location", "[dsl][diagnostics]") {
+    const std::vector<Case> cases = {
+        {"unexpected character", "norm a(x: [d]) -> y {\n  y = x $ 2\n}", 2, "$", "unexpected character '$'"},
+        {"malformed number", "norm a(x: [d]) -> y {\n  const eps = 1e-\n  y = x\n}", 2, "1e-", "malformed number '1e-'"},
+        {"number glued to letters", "norm a(x: [d]) -> y {\n  y = x * 2x\n}", 2, "2x", "malformed number '2x'"},
+        {"missing ')'", "norm a(x: [d] -> y {\n  y = x\n}", 1, "->", "expected ')' after the inputs of the norm, found '->'"},
+        {"missing '}'", "norm a(x: [d]) -> y {\n  y = x\n", 3, "", "expected '}' to close the body of norm 'a'"},
+        {"statement without '='", "norm a(x: [d]) -> y {\n  y x\n}", 2, "x", "expected '=' after 'y'"},
+        {"unknown axis in over", "norm a(x: [rows, d]) -> y {\n  y = mean(x, over: q)\n}", 2, "q", "unknown axis 'q'"},
+        {"reduction over an axis the operand lacks",
+         "norm a(x: [rows, d], z: [c]) -> y {\n  s = sum(z, over: d)\n  y = x * s\n}", 2, "over",
+         "cannot reduce 'z' over axis 'd': it only has axes [c]"},
+        {"output shape mismatch", "norm a(x: [rows, d]) -> y: [rows] {\n  y = x * 2\n}", 1, "[rows]",
+         "shape mismatch: output 'y' is declared [rows] but its value has axes [rows, d]"},
+        {"updates shape mismatch",
+         "norm a(x: [n, c], r: [n]) -> y, r_out updates r {\n  m = mean(x, over: n)\n  y = x - m\n  r_out = m + mean(r, over: n)\n}",
+         1, "r {", "shape mismatch: output 'r_out' has shape [c] but updates 'r' of shape [n]"},
+        {"use before definition", "norm a(x: [d]) -> y {\n  y = b * 2\n  b = x + 1\n}", 2, "b", "'b' is used before its definition at 3:3"},
+        {"cycle", "norm a(x: [d]) -> y {\n  y = x * b\n  b = c + 1\n  c = y * 2\n}", 2, "b", "cycle: 'y' depends on itself (y -> b -> c -> y)"},
+        {"self reference", "norm a(x: [d]) -> y {\n  y = y + x\n}", 2, "y", "cycle: 'y' depends on itself (y -> y)", 2},
+        {"unknown function", "norm a(x: [d]) -> y {\n  y = sqr(x)\n}", 2, "sqr", "unknown function 'sqr'"},
+        {"wrong arity", "norm a(x: [d]) -> y {\n  y = rsqrt(x, x)\n}", 2, "rsqrt", "'rsqrt' takes 1 argument, got 2"},
+        {"wrong arity of pow", "norm a(x: [d]) -> y {\n  y = pow(x)\n}", 2, "pow", "'pow' takes 2 arguments, got 1"},
+        {"missing output", "norm a(x: [d]) -> y, z {\n  y = x\n}", 1, "z", "missing output: 'z' is declared as an output but never defined"},
+        {"duplicate name", "norm a(x: [d]) -> y {\n  param x: [d]\n  y = x\n}", 2, "x", "duplicate name 'x': first declared at 1:8"},
+        {"duplicate output", "norm a(x: [d]) -> y, y {\n  y = x\n}", 1, "y", "duplicate output 'y'", 2},
+        {"bad storage dtype", "norm a(x: [d]) -> y {\n  y = x\n  storage x, y: f32 | f8\n}", 3, "f8", "bad storage type 'f8'"},
+        {"bad accumulation type", "norm a(x: [d]) -> y {\n  y = x\n  accumulate f16\n}", 3, "f16",
+         "accumulation type must be f32 or f64, got 'f16'"},
+        {"unknown accumulation type", "norm a(x: [d]) -> y {\n  y = x\n  accumulate quad\n}", 3, "quad", "unknown type 'quad'"},
+        {"unknown name", "norm a(x: [d]) -> y {\n  y = x * weight\n}", 2, "weight", "unknown name 'weight'"},
+        {"axis used as a value", "norm a(x: [rows, d]) -> y {\n  y = x / d\n}", 2, "d", "'d' is an axis, not a value; use count(over: d)"},
+        {"unknown variance algorithm", "norm a(x: [d]) -> y {\n  y = x - mean(x, over: d)\n  variance kahan\n}", 3, "kahan",
+         "unknown variance algorithm 'kahan'"},
+        {"variance without var()", "norm a(x: [d]) -> y {\n  y = x - mean(x, over: d)\n  variance welford\n}", 3, "variance",
+         "a variance algorithm is declared but the norm has no var(...) reduction"},
+        {"split without a fixed extent", "norm a(x: [n, c: (g, cg)]) -> y {\n  y = x - mean(x, over: cg)\n}", 1, "c:",
+         "split axis 'c' = (g, cg) needs the extent of all but one part: add 'axis g = N'"},
+        {"over on an elementwise function", "norm a(x: [d]) -> y {\n  y = tanh(x, over: d)\n}", 2, "over",
+         "'tanh' is elementwise and does not reduce; remove 'over:'"},
+        {"reduction without over", "norm a(x: [d]) -> y {\n  y = x - mean(x)\n}", 2, "mean", "'mean' needs 'over:' naming the axes to reduce"},
+        {"updates names a non-input", "norm a(x: [d]) -> y updates q {\n  y = x\n}", 1, "q", "'q' is not an input of the norm"},
+        {"storage of an unknown tensor", "norm a(x: [d]) -> y {\n  y = x\n  storage x, z: f32\n}", 3, "z",
+         "storage names 'z', which is not an input, parameter or output"},
+        {"unused input", "norm a(x: [d], r: [d]) -> y {\n  y = x\n}", 1, "r:", "input 'r' is not used by any value"},
+        {"axis twice in a shape", "norm a(x: [d, d]) -> y {\n  y = x\n}", 1, "d", "axis 'd' appears twice in the shape of 'x'", 2},
+        {"axis twice in over", "norm a(x: [r, d]) -> y {\n  y = x - mean(x, over: d, d)\n}", 2, "d", "axis 'd' is listed twice in 'over:'", 2},
+        {"output that is an input", "norm a(x: [d]) -> x {\n  y = x\n}", 1, "x {", "output 'x' is an input"},
+        {"non-integer axis extent", "norm a(x: [n, c: (g, cg)]) -> y {\n  axis g = 2.5\n  y = x - mean(x, over: cg)\n}", 2, "2.5",
+         "the extent of axis 'g' must be a positive integer, got 2.5"},
+        {"split declared after unsplit use", "norm a(w: [c], x: [n, c: (g, cg)]) -> y {\n  axis g = 2\n  y = x * w\n}", 1, "c:",
+         "axis 'c' is used unsplit at 1:12 before being split here"},
+        {"output shape with an unknown axis", "norm a(x: [d]) -> y: [q] {\n  y = x\n}", 1, "q", "unknown axis 'q' in the shape of output 'y'"},
+        {"too deep", "norm a(x: [d]) -> y {\n  y = " + std::string(300, '(') + "x" + std::string(300, ')') + "\n}", 2, "(",
+         "expression nested too deeply", 201},
+        {"empty input list", "norm a() -> y {\n  y = 1\n}", 1, ")", "a norm needs at least one input"},
+        {"trailing tokens", "norm a(x: [d]) -> y {\n  y = x\n}\nnorm b", 4, "norm", "expected end of file"},
+    };
+    for (const Case &c : cases) {
+        SECTION(c.what) {
+            Diagnostic d = first_diagnostic(c.source);
+            INFO("case: " << c.what << "\n" << d.render());
+            CHECK(d.file == "t.norm");
+            CHECK(d.message.find(c.message) != std::string::npos);
+            CHECK(d.loc.line == c.line);
+            int col = c.anchor.empty() ? 1 : col_of(c.source, c.line, c.anchor, c.occurrence);
+            REQUIRE(col > 0);
+            CHECK(d.loc.col == col);
+        }
+    }
+}
+
+TEST_CASE("a diagnostic renders as file:line:col, the line, and a caret", "[dsl][diagnostics]") {
+    Diagnostic d = first_diagnostic("norm a(x: [rows, d]) -> y {\n  y = mean(x, over: q)\n}");
+    CHECK(d.render() ==
+          "t.norm:2:21: error: unknown axis 'q'\n"
+          "    y = mean(x, over: q)\n"
+          "                      ^\n");
+}
+
+TEST_CASE("the checker reports several independent errors at once", "[dsl][diagnostics]") {
+    try {
+        load_norm_text("t.norm", "norm a(x: [d]) -> y {\n  y = foo(x) + bar\n  accumulate f16\n}");
+        FAIL("accepted");
+    } catch (const DiagnosticError &e) {
+        REQUIRE(e.diagnostics().size() >= 2);
+        CHECK(e.render().find("unknown function 'foo'") != std::string::npos);
+        CHECK(e.render().find("accumulation type must be f32 or f64") != std::string::npos);
+    }
+}
+
+TEST_CASE("a missing file is a diagnostic, not a crash", "[dsl][diagnostics]") {
+    CHECK_THROWS_AS(load_norm_file("no/such/file.norm"), DiagnosticError);
+}
