@@ -12,7 +12,7 @@ CMAKE_VERSION=3.31.6
 DEBIAN_PACKAGES=(
   build-essential ninja-build ccache python3-venv python3-numpy
   llvm-22-dev libmlir-22-dev mlir-22-tools
-  catch2 libbenchmark-dev
+  catch2 libbenchmark-dev nlohmann-json3-dev
   libdnnl-dev libtorch-dev
   ocl-icd-opencl-dev pocl-opencl-icd
   python3-matplotlib

@@ -3,6 +3,10 @@
 // Exit codes: 0 success, 1 user error (bad declaration, bad input), 2 internal error (a normgen bug).
 #include "codegen/driver/catalog_table.h"
 #include "codegen/driver/describe.h"
+#include "codegen/driver/options.h"
+#include "codegen/driver/verify_cmd.h"
+#include "codegen/halide/aot.h"
+#include "codegen/halide/jit.h"
 #include "dsl/checker.h"
 #include "dsl/printer.h"
 #include "runtime/errors.h"
@@ -34,12 +38,28 @@ commands:
   catalog FILE...       One table row per declaration: reduction stages and axes, eps
                         placement, affine terms, outputs, and a float64 reference
                         evaluation on fresh random inputs (exit 1 if any row fails).
-  run FILE --in NAME=FILE.npy... --out DIR [--backend reference] [--set NAME=VALUE...]
+  verify FILE... [--backend halide] [--dtype f32,bf16,f16|all] [--target host,x86-64-avx2]
+                 [--json] [--seed N] [--quick] [--failures]
+                        (--quick: every fourth shape of the sweep; --failures: print
+                        only the failing rows)
+                        Compile the declaration (any .norm file) and check its kernels
+                        against the float64 reference on a sweep of >= 20 shapes with
+                        fresh random inputs (printed seed replays a run). Prints a table;
+                        exit 0 only if every case passes.
+  compile FILE -o DIR [--backend halide] [--target host,x86-64-avx2] [--dtype f32,bf16,f16]
+                        Generate the declaration's kernels ahead of time: for each type
+                        and target a static library and header (C ABI, one halide_buffer_t
+                        per tensor), the shared Halide runtime (halide_runtime.o), a
+                        manifest.json and kernel_table.cpp for runtime/registry.h.
+  run FILE --in NAME=FILE.npy... --out DIR [--backend reference|halide]
+           [--dtype f32|bf16|f16] [--target host|x86-64-avx2] [--set NAME=VALUE...]
                         Evaluate the declaration on NumPy .npy inputs (every input and
                         parameter, by its declared name) and write each output as
-                        DIR/NAME.npy (float64). --set overrides a declared const or fixes
-                        an axis extent (e.g. --set eps=1e-6 --set g=4). Nothing is written
-                        unless every input is valid.
+                        DIR/NAME.npy (float64 holding the values as stored). With
+                        --backend halide the kernel is compiled for the target and the
+                        inputs are rounded to the storage type (--dtype) first. --set
+                        overrides a declared const or fixes an axis extent (e.g. --set
+                        eps=1e-6 --set g=4). Nothing is written unless every input is valid.
 
 options:
   -h, --help            Show this help (also: normgen <command> --help).
@@ -52,10 +72,6 @@ examples:
   normgen describe dsl/catalog/group_norm_nhwc.norm
   normgen run dsl/catalog/rms_norm.norm --in x=x.npy --in weight=w.npy --out out/
 )";
-
-struct Usage : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
 
 int cmd_check(const std::vector<std::string> &files) {
     if (files.empty()) throw Usage("check: give at least one .norm file");
@@ -80,7 +96,8 @@ std::pair<std::string, std::string> split_assignment(const std::string &arg, con
 }
 
 int cmd_run(const std::vector<std::string> &args) {
-    std::string file, out_dir, backend = "reference";
+    std::string file, out_dir, backend = "reference", target = "host";
+    DType dtype = DType::F32;
     std::vector<std::pair<std::string, std::string>> ins;
     Overrides overrides;
     for (size_t i = 0; i < args.size(); ++i) {
@@ -92,7 +109,12 @@ int cmd_run(const std::vector<std::string> &args) {
         if (a == "--in") ins.push_back(split_assignment(value("--in"), "--in"));
         else if (a == "--out" || a == "-o") out_dir = value("--out");
         else if (a == "--backend") backend = value("--backend");
-        else if (a == "--set") {
+        else if (a == "--target") target = value("--target");
+        else if (a == "--dtype") {
+            std::vector<DType> d = parse_dtypes(value("--dtype"));
+            if (d.size() != 1) throw Usage("run: --dtype takes one storage type");
+            dtype = d[0];
+        } else if (a == "--set") {
             auto [name, v] = split_assignment(value("--set"), "--set");
             char *end = nullptr;
             double d = std::strtod(v.c_str(), &end);
@@ -104,8 +126,8 @@ int cmd_run(const std::vector<std::string> &args) {
     }
     if (file.empty()) throw Usage("run: give a .norm file");
     if (out_dir.empty()) throw Usage("run: give --out DIR");
-    if (backend != "reference")
-        throw UserError("run: backend '" + backend + "' is not available in this build (available: reference)");
+    if (backend != "reference" && backend != "halide")
+        throw UserError("run: backend '" + backend + "' is not available in this build (available: reference, halide)");
 
     NormSpec spec = load_norm_file(file);
     TensorMap inputs;
@@ -119,7 +141,18 @@ int cmd_run(const std::vector<std::string> &args) {
         inputs[name] = read_npy(path);
     }
     // Evaluate everything before creating the output folder: a bad call writes nothing.
-    TensorMap outputs = evaluate_reference(spec, inputs, overrides);
+    TensorMap outputs;
+    if (backend == "reference") {
+        outputs = evaluate_reference(spec, inputs, overrides);
+    } else {
+        // Constants are compiled into the kernel; axis extents (e.g. the group count) are not.
+        validate_overrides(spec, overrides);
+        Overrides consts, axes;
+        for (const auto &[name, v] : overrides) (spec.find_const(name) ? consts : axes)[name] = v;
+        bind_axes(spec, inputs, axes);  // refuse a bad call before compiling
+        hl::JitKernel k(spec, dtype, hl::parse_target(target), hl::CpuSchedule{}, true, consts);
+        outputs = k.run(inputs, axes);  // inputs are rounded to the storage types on the way in
+    }
     std::error_code ec;
     fs::create_directories(out_dir, ec);
     if (ec) throw UserError("--out " + out_dir + ": cannot create folder: " + ec.message());
@@ -128,6 +161,45 @@ int cmd_run(const std::vector<std::string> &args) {
         write_npy(path, outputs.at(o.name));
         std::cout << "wrote " << path << " " << shape_text(outputs.at(o.name).shape) << "\n";
     }
+    return 0;
+}
+
+// normgen compile FILE --backend halide --target host|x86-64-avx2 --dtype bf16 -o DIR
+// The user path: static libraries + headers for the chosen types and targets, the Halide runtime
+// they share, a manifest, and the kernel table (runtime/kernel_table.h) to link with them.
+int cmd_compile(const std::vector<std::string> &args) {
+    std::string file, out_dir, backend = "halide";
+    std::vector<DType> dtypes{DType::F32};
+    std::vector<std::string> targets{"host"};
+    for (size_t i = 0; i < args.size(); ++i) {
+        const std::string &a = args[i];
+        auto value = [&](const char *flag) -> std::string {
+            if (i + 1 >= args.size()) throw Usage(std::string(flag) + " needs a value");
+            return args[++i];
+        };
+        if (a == "--out" || a == "-o") out_dir = value("-o");
+        else if (a == "--backend") backend = value("--backend");
+        else if (a == "--target") targets = split_list(value("--target"));
+        else if (a == "--dtype") dtypes = parse_dtypes(value("--dtype"));
+        else if (!a.empty() && a[0] == '-') throw Usage("compile: unknown option '" + a + "'");
+        else if (file.empty()) file = a;
+        else throw Usage("compile: one .norm file at a time (got '" + file + "' and '" + a + "')");
+    }
+    if (file.empty()) throw Usage("compile: give a .norm file");
+    if (out_dir.empty()) throw Usage("compile: give -o DIR");
+    if (backend != "halide") throw UserError("compile: backend '" + backend + "' is not available (available: halide)");
+    if (targets.empty()) throw Usage("--target: give at least one target");
+    for (const std::string &t : targets) hl::parse_target(t);  // refuse a bad target before writing
+    NormSpec spec = load_norm_file(file);
+    hl::AotRequest req{file, dtypes, targets, out_dir, {}};
+    nlohmann::json entries = hl::compile_halide_kernels(spec, req);
+    hl::compile_halide_runtime((fs::path(out_dir) / "halide_runtime.o").string());
+    hl::write_manifest(entries, (fs::path(out_dir) / "manifest.json").string());
+    hl::write_kernel_table(entries, (fs::path(out_dir) / "kernel_table.cpp").string());
+    for (const auto &e : entries)
+        std::cout << "wrote " << (fs::path(out_dir) / e["library"].get<std::string>()).string() << " and "
+                  << e["header"].get<std::string>() << "  (" << e["schedule"].get<std::string>() << ")\n";
+    std::cout << "wrote " << (fs::path(out_dir) / "halide_runtime.o").string() << ", manifest.json, kernel_table.cpp\n";
     return 0;
 }
 
@@ -156,6 +228,8 @@ int dispatch(int argc, char **argv) {
         return 0;
     }
     if (cmd == "run") return cmd_run(rest);
+    if (cmd == "verify") return cmd_verify(rest);
+    if (cmd == "compile") return cmd_compile(rest);
     if (cmd == "catalog") {
         if (rest.empty()) throw Usage("catalog: give at least one .norm file");
         bool ok = true;

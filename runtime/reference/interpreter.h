@@ -11,6 +11,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 namespace normgen {
 
@@ -26,6 +27,11 @@ struct AxisExtents {
 // Binds every atomic axis from the inputs' shapes; throws UserError naming the tensor on a mismatch
 // (missing input, wrong rank, inconsistent extent, split not divisible).
 AxisExtents bind_axes(const NormSpec &spec, const TensorMap &inputs, const Overrides &overrides = {});
+
+// The same from the shapes alone (for callers whose tensors are not HostTensors, e.g. the kernel
+// runtime): `shapes` maps each input and parameter name to its shape; other names are ignored.
+AxisExtents bind_axes(const NormSpec &spec, const std::map<std::string, std::vector<int64_t>> &shapes,
+                      const Overrides &overrides = {});
 
 // The physical shape of a declared tensor or output under `ext`.
 std::vector<int64_t> physical_shape(const NormSpec &spec, const std::vector<AxisId> &dims, const AxisExtents &ext);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <sys/wait.h>
 
 namespace fs = std::filesystem;
@@ -150,6 +151,42 @@ TEST_CASE("run refuses bad calls, names the tensor, and writes nothing", "[cli]"
             CHECK(r.code == 1);
             CHECK(r.out.find(c.message) != std::string::npos);
             CHECK_FALSE(fs::exists(out));
+        }
+    }
+}
+
+TEST_CASE("run --backend halide reproduces golden cases in f32 and bf16", "[cli][golden][halide]") {
+    struct Case {
+        std::string layer, golden, ins, sets;
+        const char *dtype;
+        double tol;  // relative, plus the same absolute: f32 1e-5; bf16 two ulps (2^-7)
+    };
+    std::string g = std::string(NORMGEN_GOLDEN_DIR) + "/";
+    std::vector<Case> cases = {
+        {"layer_norm", "layer_norm", "x weight bias", "", "f32", 1e-5},
+        {"rms_norm", "rms_norm", "x weight", "", "f32", 1e-5},
+        {"group_norm_nhwc", "group_norm_nhwc", "x weight bias", "--set g=4", "f32", 1e-5},
+        {"batch_norm_train", "batch_norm_nchw_train", "x weight bias running_mean running_var", "", "f32", 1e-5},
+        {"dyt", "dyt", "x alpha weight bias", "", "f32", 1e-5},
+        {"layer_norm_eps_outside_root", "layer_norm_eps_outside_root", "x weight bias", "--set eps=0.01", "f32", 1e-5},
+        {"rms_norm_gemma", "rms_norm_gemma_bf16_inputs", "x weight", "", "bf16", 1.0 / 64},
+    };
+    for (const Case &c : cases) {
+        SECTION(c.golden + " " + c.dtype) {
+            fs::path out = fresh_dir("halide");
+            std::string args = "run " + src("dsl/catalog/" + c.layer + ".norm") + " --backend halide --dtype " + c.dtype + " " + c.sets;
+            std::istringstream names(c.ins);
+            for (std::string n; names >> n;) args += " --in " + n + "=" + g + c.golden + "/" + n + ".npy";
+            Result r = normgen_cli(args + " --out " + out.string());
+            INFO(r.out);
+            REQUIRE(r.code == 0);
+            HostTensor got = read_npy((out / "y.npy").string()), want = read_npy(g + c.golden + "/y.npy");
+            REQUIRE(got.shape == want.shape);
+            for (size_t i = 0; i < want.data.size(); ++i) {
+                INFO("element " << i);
+                REQUIRE(std::fabs(got.data[i] - want.data[i]) <= c.tol * (std::fabs(want.data[i]) + 1));
+            }
+            fs::remove_all(out);
         }
     }
 }

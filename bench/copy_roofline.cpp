@@ -1,0 +1,204 @@
+#include "bench/copy_roofline.h"
+
+#include "bench/host_buffer.h"
+#include "bench/thread_pool.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <immintrin.h>
+#include <map>
+#include <vector>
+
+namespace normgen::bench {
+
+const char *copy_kind_name(CopyKind k) { return k == CopyKind::Plain ? "plain" : "nt"; }
+
+namespace {
+
+// Four vectors (256 bytes on AVX-512) per iteration: enough loads in flight to stream; the chunk
+// boundaries are multiples of kAlignFloats, so only the tail of the last chunk needs the scalar loop.
+__attribute__((target("avx512f"))) void copy_avx512(const float *s, float *d, size_t n, bool nt) {
+    size_t i = 0;
+    if (nt) {
+        for (; i + 64 <= n; i += 64) {
+            __m512 a = _mm512_load_ps(s + i), b = _mm512_load_ps(s + i + 16), c = _mm512_load_ps(s + i + 32),
+                   e = _mm512_load_ps(s + i + 48);
+            _mm512_stream_ps(d + i, a);
+            _mm512_stream_ps(d + i + 16, b);
+            _mm512_stream_ps(d + i + 32, c);
+            _mm512_stream_ps(d + i + 48, e);
+        }
+        _mm_sfence();
+    } else {
+        for (; i + 64 <= n; i += 64) {
+            __m512 a = _mm512_load_ps(s + i), b = _mm512_load_ps(s + i + 16), c = _mm512_load_ps(s + i + 32),
+                   e = _mm512_load_ps(s + i + 48);
+            _mm512_store_ps(d + i, a);
+            _mm512_store_ps(d + i + 16, b);
+            _mm512_store_ps(d + i + 32, c);
+            _mm512_store_ps(d + i + 48, e);
+        }
+    }
+    for (; i < n; ++i) d[i] = s[i];
+}
+
+__attribute__((target("avx"))) void copy_avx(const float *s, float *d, size_t n, bool nt) {
+    size_t i = 0;
+    if (nt) {
+        for (; i + 32 <= n; i += 32) {
+            __m256 a = _mm256_load_ps(s + i), b = _mm256_load_ps(s + i + 8), c = _mm256_load_ps(s + i + 16),
+                   e = _mm256_load_ps(s + i + 24);
+            _mm256_stream_ps(d + i, a);
+            _mm256_stream_ps(d + i + 8, b);
+            _mm256_stream_ps(d + i + 16, c);
+            _mm256_stream_ps(d + i + 24, e);
+        }
+        _mm_sfence();
+    } else {
+        for (; i + 32 <= n; i += 32) {
+            __m256 a = _mm256_load_ps(s + i), b = _mm256_load_ps(s + i + 8), c = _mm256_load_ps(s + i + 16),
+                   e = _mm256_load_ps(s + i + 24);
+            _mm256_store_ps(d + i, a);
+            _mm256_store_ps(d + i + 8, b);
+            _mm256_store_ps(d + i + 16, c);
+            _mm256_store_ps(d + i + 24, e);
+        }
+    }
+    for (; i < n; ++i) d[i] = s[i];
+}
+
+void copy_scalar(const float *s, float *d, size_t n, bool) { std::memcpy(d, s, n * sizeof(float)); }
+
+using CopyFn = void (*)(const float *, float *, size_t, bool);
+
+CopyFn pick_copy() {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return copy_avx512;
+    if (__builtin_cpu_supports("avx")) return copy_avx;
+    return copy_scalar;
+}
+
+const CopyFn kCopy = pick_copy();
+
+constexpr size_t kAlignFloats = 1024;  // chunk boundaries every 4 KiB
+
+struct Pool {
+    HostBuffer src, dst;
+};
+Pool &pool() {
+    static Pool p;
+    return p;
+}
+
+void ensure_pool(size_t bytes_each) {
+    Pool &p = pool();
+    if (p.src.size() >= bytes_each) return;
+    p.src = HostBuffer();
+    p.dst = HostBuffer();
+    p.src = HostBuffer(bytes_each);
+    p.dst = HostBuffer(bytes_each);
+    // First touch, in parallel (the same threads then copy), with non-zero data.
+    size_t n = bytes_each / sizeof(float);
+    float *s = (float *)p.src.data(), *d = (float *)p.dst.data();
+    const int tasks = 64;
+    parallel_for(tasks, [&](int t) {
+        size_t b = n * t / tasks, e = n * (t + 1) / tasks;
+        for (size_t i = b; i < e; ++i) {
+            s[i] = 1.0f + (float)(i & 1023);
+            d[i] = 0.5f;
+        }
+    });
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    size_t m = v.size() / 2;
+    return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+}  // namespace
+
+const char *copy_isa() {
+    if (kCopy == copy_avx512) return "avx512";
+    if (kCopy == copy_avx) return "avx";
+    return "scalar";
+}
+
+void parallel_copy(const float *src, float *dst, size_t n, CopyKind kind) {
+    // Several chunks per thread, so a thread slowed by a neighbour on this shared machine does not
+    // hold the whole copy back (Halide's pool hands out tasks dynamically, as it does the kernels' rows).
+    const bool nt = kind == CopyKind::NonTemporal;
+    int threads = std::max(1, bench_threads());
+    size_t chunk = std::max<size_t>(kAlignFloats * 16, (n / (size_t)(threads * 8) + kAlignFloats - 1) / kAlignFloats * kAlignFloats);
+    int tasks = (int)((n + chunk - 1) / chunk);
+    if (tasks <= 1) {
+        kCopy(src, dst, n, nt);
+        return;
+    }
+    parallel_for(tasks, [&](int t) {
+        size_t b = chunk * (size_t)t, e = std::min(n, b + chunk);
+        kCopy(src + b, dst + b, e - b, nt);
+    });
+}
+
+const CopyBandwidth &copy_bandwidth(size_t bytes) {
+    static std::map<size_t, CopyBandwidth> cache;
+    bytes = bytes / 128 * 128;
+    auto it = cache.find(bytes);
+    if (it != cache.end()) return it->second;
+
+    const size_t each = bytes / 2, n = each / sizeof(float);
+    ensure_pool(each);
+    const float *src = (const float *)pool().src.data();
+    float *dst = (float *)pool().dst.data();
+
+    // Repeat count per sample: enough back-to-back copies for ~2 ms.
+    auto t0 = std::chrono::steady_clock::now();
+    parallel_copy(src, dst, n, CopyKind::Plain);  // warm-up (caches, pool threads awake)
+    parallel_copy(src, dst, n, CopyKind::NonTemporal);
+    double one = std::max(1e-7, seconds_since(t0) / 2);
+    int reps = std::max(1, (int)(2e-3 / one));
+
+    std::vector<double> plain, nt;
+    double spent = 0;
+    auto sample = [&](CopyKind k) {
+        auto s0 = std::chrono::steady_clock::now();
+        for (int r = 0; r < reps; ++r) parallel_copy(src, dst, n, k);
+        double t = seconds_since(s0);
+        spent += t;
+        (k == CopyKind::Plain ? plain : nt).push_back((double)bytes * reps / t);
+    };
+    while (plain.size() < 7 || spent < 0.3) {
+        sample(CopyKind::Plain);
+        sample(CopyKind::NonTemporal);
+        if (plain.size() >= 101) break;
+    }
+    CopyBandwidth c;
+    c.bytes = bytes;
+    c.samples = (int)plain.size();
+    c.plain_bps = median(plain);
+    c.nt_bps = median(nt);
+    c.plain_min_bps = *std::min_element(plain.begin(), plain.end());
+    c.plain_max_bps = *std::max_element(plain.begin(), plain.end());
+    c.nt_min_bps = *std::min_element(nt.begin(), nt.end());
+    c.nt_max_bps = *std::max_element(nt.begin(), nt.end());
+    return cache[bytes] = c;
+}
+
+void copy_buffers(size_t bytes_each, const float **src, float **dst) {
+    ensure_pool(bytes_each);
+    *src = (const float *)pool().src.data();
+    *dst = (float *)pool().dst.data();
+}
+
+void release_copy_buffers() {
+    pool().src = HostBuffer();
+    pool().dst = HostBuffer();
+}
+
+}  // namespace normgen::bench

@@ -1,0 +1,336 @@
+#include "bench/kernel_case.h"
+
+#include "bench/thread_pool.h"
+#include "runtime/errors.h"
+#include "runtime/half.h"
+#include "runtime/random_inputs.h"
+#include "runtime/reference/interpreter.h"
+#include "runtime/run.h"
+#include "runtime/storage.h"
+#include "runtime/verify.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+#include <sstream>
+
+namespace normgen::bench {
+
+std::string CaseSpec::name() const { return layer + "/" + dtype_name(dtype) + "/" + shape_label; }
+
+namespace {
+
+halide_type_t halide_type_of(DType t) {
+    switch (t) {
+    case DType::F32: return halide_type_t(halide_type_float, 32, 1);
+    case DType::F16: return halide_type_t(halide_type_float, 16, 1);
+    case DType::BF16: return halide_type_t(halide_type_bfloat, 16, 1);
+    case DType::F64: return halide_type_t(halide_type_float, 64, 1);
+    }
+    return halide_type_t(halide_type_float, 32, 1);
+}
+
+uint64_t splitmix64(uint64_t &s) {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+// Activations for the big tensors, generated in parallel straight into their storage type:
+// approximately N(0, 1) (a sum of four uniforms, variance 1), never zero, mixed signs; positive
+// for variance-like tensors (names containing "var"), as runtime/random_inputs does.
+void fill_random(uint8_t *out, DType t, int64_t n, uint64_t seed, bool positive) {
+    const int tasks = (int)std::max<int64_t>(1, std::min<int64_t>(256, n / 65536));
+    parallel_for(tasks, [&](int task) {
+        int64_t b = n * task / tasks, e = n * (task + 1) / tasks;
+        uint64_t s = seed ^ (0x51ed2701u * (uint64_t)(task + 1));
+        for (int64_t i = b; i < e; ++i) {
+            uint64_t r = splitmix64(s);
+            float u = 0;
+            for (int k = 0; k < 4; ++k) u += (float)((r >> (16 * k)) & 0xffff) * (1.0f / 65536.0f);
+            float v = (u - 2.0f) * 1.7320508f;
+            if (std::fabs(v) < 1e-3f) v = v < 0 ? -0.75f : 0.75f;
+            if (positive) v = std::fabs(v) + 0.1f;
+            switch (t) {
+            case DType::F32: reinterpret_cast<float *>(out)[i] = v; break;
+            case DType::BF16: reinterpret_cast<uint16_t *>(out)[i] = float_to_bf16(v); break;
+            case DType::F16: reinterpret_cast<uint16_t *>(out)[i] = float_to_half(v); break;
+            case DType::F64: reinterpret_cast<double *>(out)[i] = v; break;
+            }
+        }
+    });
+}
+
+void parallel_memset(uint8_t *p, int v, size_t bytes) {
+    const int tasks = (int)std::max<size_t>(1, std::min<size_t>(256, bytes >> 20));
+    parallel_for(tasks, [&](int t) {
+        size_t b = bytes * t / tasks, e = bytes * (t + 1) / tasks;
+        std::memset(p + b, v, e - b);
+    });
+}
+
+// Elements that are NaN (the 0xff poison included): nothing may be left unwritten.
+int64_t count_nan(const uint8_t *p, DType t, int64_t n) {
+    std::atomic<int64_t> bad{0};
+    const int tasks = (int)std::max<int64_t>(1, std::min<int64_t>(256, n >> 18));
+    parallel_for(tasks, [&](int task) {
+        int64_t b = n * task / tasks, e = n * (task + 1) / tasks, c = 0;
+        if (t == DType::F32) {
+            const uint32_t *q = reinterpret_cast<const uint32_t *>(p);
+            for (int64_t i = b; i < e; ++i) c += (q[i] & 0x7fffffffu) > 0x7f800000u;
+        } else if (t == DType::F64) {
+            const double *q = reinterpret_cast<const double *>(p);
+            for (int64_t i = b; i < e; ++i) c += std::isnan(q[i]);
+        } else {
+            const uint16_t *q = reinterpret_cast<const uint16_t *>(p);
+            const uint16_t inf = t == DType::BF16 ? 0x7f80 : 0x7c00;
+            for (int64_t i = b; i < e; ++i) c += (q[i] & 0x7fffu) > inf;
+        }
+        bad += c;
+    });
+    return bad.load();
+}
+
+bool spans_axis(const NormSpec &spec, const std::vector<AxisId> &dims, AxisId a) {
+    for (AxisId d : dims) {
+        if (d == a) return true;
+        for (AxisId p : spec.axes[d].parts)
+            if (p == a) return true;
+    }
+    return false;
+}
+
+std::string fmt(double v) {
+    std::ostringstream o;
+    o.precision(6);
+    o << v;
+    return o.str();
+}
+
+}  // namespace
+
+KernelCase::KernelCase(const Registry &reg, const CaseSpec &spec, uint64_t seed) : spec_(spec) {
+    try {
+        setup(reg, seed);
+    } catch (const std::exception &e) {
+        error_ = std::string("setup failed: ") + e.what();
+    }
+}
+
+void KernelCase::setup(const Registry &reg, uint64_t seed) {
+    k_ = reg.select(spec_.layer, spec_.dtype, false);
+    if (!k_) {
+        error_ = "no " + std::string(dtype_name(spec_.dtype)) + " kernel for layer '" + spec_.layer + "' runs on this CPU (registry " +
+                 reg.path() + ")";
+        return;
+    }
+    const NormSpec &spec = *k_->spec;
+    for (const auto &[name, n] : spec_.sizes) {
+        AxisId a = spec.find_axis(name);
+        if (a < 0 || spec.axes[a].is_split()) {
+            error_ = "layer '" + spec.name + "' has no atomic axis '" + name + "'";
+            return;
+        }
+    }
+    AxisExtents ext = choose_extents(spec, spec_.sizes, 1);
+    extents_ = ext.extent;
+
+    // The outermost axis of the first input (rows, n): the axis the reference check samples.
+    const std::vector<AxisId> &xdims = spec.tensors.at(0).dims;
+    outer_axis_ = xdims.at(0);
+    if (spec.axes[outer_axis_].is_split()) {
+        error_ = "the outermost axis of '" + spec.tensors[0].name + "' is a split axis; the benchmark samples atomic axes only";
+        return;
+    }
+    outer_extent_ = ext.extent[outer_axis_];
+
+    // Parameters and small inputs (no outermost axis) from the project's own generator; big
+    // tensors are filled in parallel below.
+    AxisExtents small_ext = ext;
+    small_ext.extent[outer_axis_] = 1;
+    TensorMap small = random_inputs(spec, small_ext, RandomInputOptions{0, seed});
+
+    args_.clear();
+    bytes_ = 0;
+    for (const KernelArg &a : k_->args) {
+        if (a.role == KernelArg::Output && a.optional) continue;  // a core kernel has none; never asked for
+        Arg g;
+        g.arg = &a;
+        const std::vector<AxisId> &dims = a.role == KernelArg::Output ? spec.find_output(a.name)->dims : spec.find_tensor(a.name)->dims;
+        g.shape = physical_shape(spec, dims, ext);
+        g.numel = 1;
+        for (int64_t s : g.shape) g.numel *= s;
+        g.has_outer = spans_axis(spec, dims, outer_axis_);
+        if (g.has_outer && dims.at(0) != outer_axis_) {
+            error_ = "tensor '" + a.name + "' spans the outermost axis but not as its first dimension";
+            return;
+        }
+        size_t nbytes = (size_t)g.numel * dtype_size(a.dtype);
+        g.mem = HostBuffer(nbytes);
+        bytes_ += nbytes;
+        if (a.role == KernelArg::Output) {
+            parallel_memset(g.mem.data(), 0xff, nbytes);  // first touch, and NaN poison
+        } else if (g.has_outer) {
+            fill_random(g.mem.data(), a.dtype, g.numel, seed ^ std::hash<std::string>()(a.name), a.name.find("var") != std::string::npos);
+        } else {
+            std::vector<uint8_t> b = encode(small.at(a.name).data, a.dtype);
+            if (b.size() != nbytes) throw std::logic_error("parameter '" + a.name + "' has an unexpected size");
+            std::memcpy(g.mem.data(), b.data(), nbytes);
+        }
+        args_.push_back(std::move(g));
+    }
+
+    // The call exactly as run_kernel would make it: dims innermost first over the atomic axes.
+    std::map<std::string, TensorView> views;
+    for (const Arg &g : args_) views[g.arg->name] = TensorView{g.mem.data(), g.arg->dtype, g.shape, {}};
+    check_kernel_call(*k_, views);  // throws UserError on any mismatch with the declaration
+    dims_.assign(args_.size(), {});
+    bufs_.assign(args_.size(), halide_buffer_t());
+    argv_.assign(args_.size(), nullptr);
+    for (size_t i = 0; i < args_.size(); ++i) {
+        int32_t stride = 1;
+        for (AxisId ax : args_[i].arg->buffer_axes) {
+            int32_t extent = (int32_t)ext.extent[ax];
+            dims_[i].push_back(halide_dimension_t(0, extent, stride));
+            stride *= extent;
+        }
+        halide_buffer_t &b = bufs_[i];
+        b.host = args_[i].mem.data();
+        b.type = halide_type_of(args_[i].arg->dtype);
+        b.dimensions = (int32_t)dims_[i].size();
+        b.dim = dims_[i].empty() ? nullptr : dims_[i].data();
+        argv_[i] = &b;
+    }
+
+    int rc = run();
+    if (rc != 0) {
+        error_ = "kernel '" + k_->function + "' failed with Halide error " + std::to_string(rc);
+        return;
+    }
+    OutputCheckSummary c = check_outputs(seed);
+    check_message_ = c.message;
+    if (!c.pass) error_ = "output check failed: " + c.message;
+}
+
+void KernelCase::run_checked() const {
+    std::map<std::string, TensorView> views;
+    for (const Arg &g : args_) views[g.arg->name] = TensorView{g.mem.data(), g.arg->dtype, g.shape, {}};
+    run_kernel(*k_, views);
+}
+
+OutputCheckSummary KernelCase::check_outputs(uint64_t seed) const {
+    const NormSpec &spec = *k_->spec;
+    OutputCheckSummary r;
+
+    // 1. Every element of every output was written and is not NaN.
+    for (const Arg &g : args_) {
+        if (g.arg->role != KernelArg::Output) continue;
+        int64_t bad = count_nan(g.mem.data(), g.arg->dtype, g.numel);
+        if (bad) {
+            r.message = "output '" + g.arg->name + "': " + std::to_string(bad) + " of " + std::to_string(g.numel) +
+                        " elements are NaN or were never written";
+            return r;
+        }
+    }
+
+    // 2. The float64 reference on a sample of the outermost axis (or all of it).
+    std::vector<int64_t> idx;
+    if (spec_.full_reference || outer_extent_ <= 6) {
+        for (int64_t i = 0; i < outer_extent_; ++i) idx.push_back(i);
+    } else {
+        std::set<int64_t> s{0, 1, outer_extent_ / 2, outer_extent_ - 2, outer_extent_ - 1};
+        std::mt19937_64 rng(seed ^ 0xc0ffee);
+        while ((int64_t)s.size() < 9) s.insert((int64_t)(rng() % (uint64_t)outer_extent_));
+        idx.assign(s.begin(), s.end());
+    }
+    const int64_t k = (int64_t)idx.size();
+    auto gather = [&](const Arg &g) {
+        HostTensor h;
+        h.shape = g.shape;
+        const size_t es = dtype_size(g.arg->dtype);
+        if (!g.has_outer) {
+            h.data = decode(g.mem.data(), (size_t)g.numel, g.arg->dtype);
+            return h;
+        }
+        const int64_t block = g.numel / outer_extent_;
+        h.shape[0] = k;
+        h.data.reserve((size_t)(block * k));
+        for (int64_t i : idx) {
+            std::vector<double> d = decode(g.mem.data() + (size_t)(i * block) * es, (size_t)block, g.arg->dtype);
+            h.data.insert(h.data.end(), d.begin(), d.end());
+        }
+        return h;
+    };
+    TensorMap inputs;
+    for (const Arg &g : args_)
+        if (g.arg->role != KernelArg::Output) inputs[g.arg->name] = gather(g);
+    for (const Arg &g : args_)
+        if (g.arg->role == KernelArg::Output && !g.has_outer && k != outer_extent_) {
+            r.message = "output '" + g.arg->name + "' does not span the sampled axis; the case needs full_reference";
+            return r;
+        }
+    TensorMap ref = evaluate_reference(spec, inputs);
+
+    // The bound of tests/runtime/kernels/registry_test.cpp: f32 within 1e-5 relative (1e-5
+    // absolute near zero); bf16/f16 within 2 * ulp_allowance ulps of the correctly rounded reference.
+    const int ulps = ulp_allowance(spec);
+    double worst = 0;
+    std::string worst_where;
+    int64_t checked = 0;
+    for (const Arg &g : args_) {
+        if (g.arg->role != KernelArg::Output) continue;
+        HostTensor got = gather(g);
+        const HostTensor &want = ref.at(g.arg->name);
+        if (got.data.size() != want.data.size()) {
+            r.message = "output '" + g.arg->name + "': reference has " + std::to_string(want.data.size()) + " elements, kernel " +
+                        std::to_string(got.data.size());
+            return r;
+        }
+        const DType t = g.arg->dtype;
+        for (size_t i = 0; i < want.data.size(); ++i) {
+            double ref_v = want.data[i], v = got.data[i];
+            double bound = t == DType::F32 ? 1e-5 * std::max(1.0, std::fabs(ref_v)) : 2.0 * ulps * ulp_of(ref_v, t) + 1e-5;
+            double err = t == DType::F32 ? std::fabs(v - ref_v) : std::fabs(v - round_to(ref_v, t));
+            double ratio = err / bound;
+            if (!(ratio <= 1.0)) {
+                r.message = "output '" + g.arg->name + "' element " + std::to_string(i) + " of the sample: kernel " + fmt(v) +
+                            ", reference " + fmt(ref_v) + ", error " + fmt(err) + " > bound " + fmt(bound);
+                return r;
+            }
+            if (ratio > worst) {
+                worst = ratio;
+                worst_where = g.arg->name;
+            }
+        }
+        checked += (int64_t)want.data.size();
+    }
+    r.pass = true;
+    std::ostringstream m;
+    m << "checked " << checked << " output elements (" << (k == outer_extent_ ? std::string("all") : std::to_string(k) + " of " +
+                                                          std::to_string(outer_extent_)) << " " << spec.axes[outer_axis_].name
+      << ") against the float64 reference: worst error " << fmt(worst) << " of the bound (" << worst_where << ")";
+    r.message = m.str();
+    return r;
+}
+
+size_t case_bytes(const Registry &reg, const CaseSpec &cs) {
+    const Registry::Kernel *k = reg.select(cs.layer, cs.dtype, false);
+    if (!k) return 0;
+    const NormSpec &spec = *k->spec;
+    AxisExtents ext = choose_extents(spec, cs.sizes, 1);
+    size_t bytes = 0;
+    for (const KernelArg &a : k->args) {
+        if (a.role == KernelArg::Output && a.optional) continue;
+        const std::vector<AxisId> &dims = a.role == KernelArg::Output ? spec.find_output(a.name)->dims : spec.find_tensor(a.name)->dims;
+        int64_t n = 1;
+        for (int64_t s : physical_shape(spec, dims, ext)) n *= s;
+        bytes += (size_t)n * dtype_size(a.dtype);
+    }
+    return bytes;
+}
+
+}  // namespace normgen::bench

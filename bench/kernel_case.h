@@ -1,0 +1,91 @@
+// One benchmark case: a generated kernel chosen through the registry, its tensors allocated once,
+// filled with random non-zero inputs, its outputs written once (first touch) and checked against the
+// float64 reference before any timing.
+#pragma once
+
+#include "bench/host_buffer.h"
+#include "runtime/registry.h"
+
+#include <HalideRuntime.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace normgen::bench {
+
+// What to benchmark: a catalog layer, a storage type, the extent of each atomic axis by name.
+struct CaseSpec {
+    std::string layer;                     // catalog name, e.g. "layer_norm"
+    DType dtype = DType::F32;
+    std::map<std::string, int64_t> sizes;  // e.g. {{"rows", 4096}, {"d", 4096}}
+    std::string shape_label;               // e.g. "4096x4096"
+    // How the output is checked against the float64 reference:
+    //   false: a sample of indices of the outermost axis (first, last, a few random ones), each
+    //          evaluated on its own; valid when no statistic reduces over that axis (rows of LN/RMS,
+    //          samples of GroupNorm, BatchNorm eval);
+    //   true:  the whole tensor (BatchNorm train, whose statistics reduce over n).
+    bool full_reference = false;
+    double min_time = 0.2;                 // Google Benchmark MinTime per repetition, seconds
+    std::string name() const;              // "layer_norm/f32/4096x4096"
+};
+
+struct OutputCheckSummary {
+    bool pass = false;
+    std::string message;  // the first failure, or what was checked
+};
+
+class KernelCase {
+public:
+    // Selects the kernel (Registry::select(layer, dtype, false)), allocates and fills the tensors,
+    // validates the call (check_kernel_call), runs it once and checks the outputs. Never throws:
+    // a failure is recorded in error().
+    KernelCase(const Registry &reg, const CaseSpec &spec, uint64_t seed);
+
+    const std::string &error() const { return error_; }  // "" when the case is usable
+    const Registry::Kernel *kernel() const { return k_; }
+    const CaseSpec &spec() const { return spec_; }
+    const std::string &check_message() const { return check_message_; }
+
+    // Bytes one call moves at the floor: every input and parameter read once, every output
+    // written once (the sizes of the tensors passed).
+    size_t bytes_per_call() const { return bytes_; }
+
+    // One call through the kernel's _argv entry point with halide_buffer_t's built once (the same
+    // ABI run_kernel builds per call; see runtime/run.cpp). Returns the Halide error code.
+    int run() const { return k_->argv(const_cast<void **>(argv_.data())); }
+
+    // The same call through normgen::run_kernel (checks + buffer construction per call), to
+    // measure the dispatch overhead.
+    void run_checked() const;
+
+private:
+    void setup(const Registry &reg, uint64_t seed);
+    OutputCheckSummary check_outputs(uint64_t seed) const;
+
+    CaseSpec spec_;
+    const Registry::Kernel *k_ = nullptr;
+    std::string error_, check_message_;
+    size_t bytes_ = 0;
+
+    struct Arg {
+        const KernelArg *arg = nullptr;
+        std::vector<int64_t> shape;  // declared shape
+        int64_t numel = 0;
+        HostBuffer mem;
+        bool has_outer = false;      // the tensor spans the outermost axis (else: same in every slice)
+    };
+    std::vector<Arg> args_;
+    int outer_axis_ = -1;
+    int64_t outer_extent_ = 0;
+    std::vector<int64_t> extents_;   // per atomic axis
+    std::vector<std::vector<halide_dimension_t>> dims_;
+    std::vector<halide_buffer_t> bufs_;
+    std::vector<void *> argv_;
+};
+
+// bytes_per_call() of the case without allocating anything (0 when no kernel fits).
+size_t case_bytes(const Registry &reg, const CaseSpec &spec);
+
+}  // namespace normgen::bench

@@ -1,0 +1,54 @@
+#include "codegen/driver/options.h"
+
+#include <sstream>
+
+namespace normgen {
+
+std::vector<std::string> split_list(const std::string &list) {
+    std::vector<std::string> r;
+    std::stringstream ss(list);
+    std::string item;
+    while (std::getline(ss, item, ','))
+        if (!item.empty()) r.push_back(item);
+    return r;
+}
+
+std::vector<DType> parse_dtypes(const std::string &list) {
+    if (list == "all") return {DType::F32, DType::BF16, DType::F16};
+    std::vector<DType> r;
+    for (const std::string &s : split_list(list)) {
+        auto t = parse_dtype(s);
+        if (!t || *t == DType::F64) throw Usage("--dtype: unknown storage type '" + s + "' (use f32, bf16, f16 or all)");
+        r.push_back(*t);
+    }
+    if (r.empty()) throw Usage("--dtype: give at least one type");
+    return r;
+}
+
+VerifyArgs parse_verify_args(const std::vector<std::string> &args) {
+    VerifyArgs v;
+    for (size_t i = 0; i < args.size(); ++i) {
+        const std::string &a = args[i];
+        auto value = [&](const char *flag) -> std::string {
+            if (i + 1 >= args.size()) throw Usage(std::string(flag) + " needs a value");
+            return args[++i];
+        };
+        if (a == "--backend") v.backend = value("--backend");
+        else if (a == "--dtype") v.dtypes = parse_dtypes(value("--dtype"));
+        else if (a == "--target") v.targets = split_list(value("--target"));
+        else if (a == "--json") v.json = true;
+        else if (a == "--quick") v.quick = true;
+        else if (a == "--failures") v.failures_only = true;
+        else if (a == "--seed") {
+            std::string s = value("--seed");
+            try { v.seed = std::stoull(s); } catch (...) { throw Usage("--seed: '" + s + "' is not a number"); }
+        } else if (!a.empty() && a[0] == '-') throw Usage("verify: unknown option '" + a + "'");
+        else v.files.push_back(a);
+    }
+    if (v.files.empty()) throw Usage("verify: give at least one .norm file");
+    if (v.backend != "halide") throw Usage("verify: backend '" + v.backend + "' is not available (available: halide)");
+    if (v.targets.empty()) throw Usage("--target: give at least one target");
+    return v;
+}
+
+}  // namespace normgen

@@ -1,0 +1,33 @@
+// Command-line parsing shared by the driver's subcommands.
+#pragma once
+
+#include "dsl/norm_spec.h"
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace normgen {
+
+// A usage mistake: the driver prints it with a hint to --help and exits 1.
+struct Usage : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// "f32,bf16" or "all" -> types; throws Usage on an unknown name.
+std::vector<DType> parse_dtypes(const std::string &list);
+std::vector<std::string> split_list(const std::string &list);
+
+struct VerifyArgs {
+    std::vector<std::string> files;
+    std::string backend = "halide";
+    std::vector<DType> dtypes{DType::F32, DType::BF16, DType::F16};
+    std::vector<std::string> targets{"host", "x86-64-avx2"};
+    bool json = false;
+    bool quick = false;
+    bool failures_only = false;
+    uint64_t seed = 0;
+};
+VerifyArgs parse_verify_args(const std::vector<std::string> &args);
+
+}  // namespace normgen

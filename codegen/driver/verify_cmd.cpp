@@ -1,0 +1,134 @@
+#include "codegen/driver/verify_cmd.h"
+
+#include "codegen/driver/options.h"
+#include "codegen/halide/jit.h"
+#include "dsl/checker.h"
+#include "runtime/errors.h"
+#include "runtime/verify.h"
+
+#include <cstdio>
+#include <memory>
+#include <unistd.h>
+#include <iostream>
+#include <random>
+#include <sstream>
+
+namespace normgen {
+
+namespace {
+
+struct Row {
+    std::string layer, dtype, target, shape, worst_output;
+    double ratio = 0, abs = 0, bound = 0;
+    std::string problem;
+    bool pass = false;
+    uint64_t seed = 0;
+};
+
+std::string json_escape(const std::string &s) {
+    std::string r;
+    for (char c : s) {
+        if (c == '"' || c == '\\') r += '\\';
+        r += c;
+    }
+    return r;
+}
+
+}  // namespace
+
+int cmd_verify(const std::vector<std::string> &args) {
+    VerifyArgs v = parse_verify_args(args);
+    std::random_device rd;
+    uint64_t base_seed = v.seed ? v.seed : ((uint64_t)rd() << 32 | rd());
+    std::vector<Row> rows;
+    // Progress goes to stderr: a live line on a terminal, one line per kernel otherwise.
+    const bool tty = isatty(2);
+    for (const std::string &file : v.files) {
+        NormSpec spec = load_norm_file(file);
+        std::vector<VerifyShape> shapes = verify_shapes(spec);
+        if (v.quick) {  // a spread of the sweep: every fourth shape
+            std::vector<VerifyShape> some;
+            for (size_t i = 0; i < shapes.size(); i += 4) some.push_back(shapes[i]);
+            shapes = some;
+        }
+        for (DType dtype : v.dtypes) {
+            bool allowed = dtype == DType::F32;
+            for (const StorageGroup &g : spec.storage)
+                for (DType t : g.allowed) allowed = allowed || t == dtype;
+            if (!allowed) {
+                std::fprintf(stderr, "verify %s: skipping %s (no tensor of the layer may be stored as %s)\n", spec.name.c_str(),
+                             dtype_name(dtype), dtype_name(dtype));
+                continue;
+            }
+            // Compile one kernel per target; every shape's inputs and reference serve them all.
+            std::vector<std::unique_ptr<hl::JitKernel>> kernels;
+            std::vector<KernelFn> fns;
+            for (const std::string &target_name : v.targets) {
+                std::fprintf(stderr, "verify %s %s %s: compiling%s", spec.name.c_str(), dtype_name(dtype), target_name.c_str(),
+                             tty ? "...\r" : "\n");
+                std::fflush(stderr);
+                kernels.push_back(std::make_unique<hl::JitKernel>(spec, dtype, hl::parse_target(target_name), hl::CpuSchedule{}, true));
+                const hl::JitKernel *k = kernels.back().get();
+                fns.push_back([k](const TensorMap &in, const Overrides &ov) { return k->run(in, ov); });
+            }
+            StorageMap storage(kernels[0]->types().storage.begin(), kernels[0]->types().storage.end());
+            int n = 0;
+            for (const VerifyShape &s : shapes) {
+                ++n;
+                if (tty) {
+                    std::fprintf(stderr, "\r\033[Kverify %s %s: shape %d/%zu", spec.name.c_str(), dtype_name(dtype), n, shapes.size());
+                    std::fflush(stderr);
+                }
+                uint64_t seed = base_seed + rows.size() * 7919;
+                std::vector<CaseResult> results = verify_case(spec, storage, fns, s, seed);
+                for (size_t t = 0; t < results.size(); ++t) {
+                    const CaseResult &c = results[t];
+                    Row r;
+                    r.layer = spec.name;
+                    r.dtype = dtype_name(dtype);
+                    r.target = v.targets[t];
+                    r.shape = s.label;
+                    r.pass = c.pass;
+                    r.seed = seed;
+                    for (const OutputCheck &o : c.outputs)
+                        if (r.worst_output.empty() || o.max_err > r.ratio || !o.problem.empty()) {
+                            r.worst_output = o.name;
+                            r.ratio = o.max_err;
+                            r.abs = o.worst_abs;
+                            r.bound = o.bound_abs;
+                            if (!o.problem.empty()) r.problem = o.problem;
+                        }
+                    rows.push_back(r);
+                }
+            }
+            if (tty) std::fprintf(stderr, "\r\033[K");
+        }
+    }
+    int failed = 0;
+    for (const Row &r : rows) failed += !r.pass;
+    if (v.json) {
+        std::cout << "{\"seed\": " << base_seed << ", \"cases\": [\n";
+        for (size_t i = 0; i < rows.size(); ++i) {
+            const Row &r = rows[i];
+            std::cout << "  {\"layer\": \"" << r.layer << "\", \"dtype\": \"" << r.dtype << "\", \"target\": \"" << r.target
+                      << "\", \"shape\": \"" << r.shape << "\", \"output\": \"" << r.worst_output << "\", \"err_over_bound\": "
+                      << (std::isfinite(r.ratio) ? r.ratio : 1e308) << ", \"abs_err\": " << r.abs << ", \"bound\": " << r.bound
+                      << ", \"seed\": " << r.seed << ", \"problem\": \"" << json_escape(r.problem) << "\", \"pass\": " << (r.pass ? "true" : "false")
+                      << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+        }
+        std::cout << "], \"passed\": " << rows.size() - failed << ", \"failed\": " << failed << "}\n";
+    } else {
+        std::printf("%-28s %-5s %-12s %-44s %-16s %10s %10s %10s  %s\n", "layer", "dtype", "target", "shape", "worst output", "err/bound",
+                    "max err", "bound", "pass");
+        for (const Row &r : rows) {
+            if (v.failures_only && r.pass) continue;
+            std::printf("%-28s %-5s %-12s %-44s %-16s %10.3g %10.3g %10.3g  %s\n", r.layer.c_str(), r.dtype.c_str(), r.target.c_str(),
+                        r.shape.c_str(), r.worst_output.c_str(), r.ratio, r.abs, r.bound,
+                        r.pass ? "ok" : ("FAIL " + r.problem + " (seed " + std::to_string(r.seed) + ")").c_str());
+        }
+        std::printf("%zu passed, %d failed\n", rows.size() - failed, failed);
+    }
+    return failed ? 1 : 0;
+}
+
+}  // namespace normgen

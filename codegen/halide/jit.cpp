@@ -1,0 +1,105 @@
+#include "codegen/halide/jit.h"
+
+#include "runtime/errors.h"
+#include "runtime/storage.h"
+
+#include <cstring>
+
+namespace normgen::hl {
+
+using namespace Halide;
+
+Target parse_target(const std::string &name) {
+    if (name == "host") return get_host_target();
+    if (name == "x86-64-avx2") return Target("x86-64-linux-avx-avx2-f16c-fma-sse41");
+    if (!Target::validate_target_string(name)) throw UserError("unknown target '" + name + "' (use host, x86-64-avx2 or a Halide target string)");
+    return Target(name);
+}
+
+struct JitKernel::Impl {
+    NormSpec spec;
+    KernelTypes types;
+    LoweredPipeline lowered;
+    Pipeline pipeline;
+    Target target;
+    std::string schedule;
+};
+
+JitKernel::JitKernel(const NormSpec &spec, DType dtype, const Target &target, const CpuSchedule &schedule, bool with_optional,
+                     const Overrides &const_overrides)
+    : impl_(std::make_unique<Impl>()) {
+    try {
+        build(spec, dtype, target, schedule, with_optional, const_overrides);
+    } catch (const Halide::Error &e) {
+        // A Halide error here is a normgen bug (the declaration was already checked).
+        throw std::runtime_error(std::string("Halide: ") + e.what());
+    }
+}
+
+void JitKernel::build(const NormSpec &spec, DType dtype, const Target &target, const CpuSchedule &schedule, bool with_optional,
+                      const Overrides &const_overrides) {
+    impl_->spec = spec;
+    for (const auto &[name, v] : const_overrides)
+        for (ConstInfo &c : impl_->spec.consts)
+            if (c.name == name) c.value = v;
+    impl_->types = kernel_types(impl_->spec, dtype);
+    impl_->lowered = lower_to_halide(impl_->spec, impl_->types, with_optional);
+    impl_->target = target;
+    impl_->schedule = schedule_cpu(impl_->lowered, impl_->spec, target, schedule);
+    impl_->pipeline = impl_->lowered.pipeline();
+    impl_->pipeline.compile_jit(target);
+}
+
+JitKernel::~JitKernel() = default;
+const NormSpec &JitKernel::spec() const { return impl_->spec; }
+const KernelTypes &JitKernel::types() const { return impl_->types; }
+const std::string &JitKernel::schedule_description() const { return impl_->schedule; }
+
+namespace {
+
+Buffer<> make_buffer(const NormSpec &spec, const std::vector<AxisId> &dims, const AxisExtents &ext, DType t) {
+    std::vector<AxisId> atoms = memory_atoms(spec, dims);
+    std::vector<int> sizes;
+    for (auto it = atoms.rbegin(); it != atoms.rend(); ++it) sizes.push_back((int)ext.extent[*it]);
+    return Buffer<>(halide_type(t), sizes);
+}
+
+}  // namespace
+
+TensorMap JitKernel::run(const TensorMap &inputs, const Overrides &axis_overrides) const {
+    const NormSpec &spec = impl_->spec;
+    AxisExtents ext = bind_axes(spec, inputs, axis_overrides);
+    const LoweredPipeline &p = impl_->lowered;
+    for (size_t i = 0; i < spec.tensors.size(); ++i) {
+        const TensorInfo &t = spec.tensors[i];
+        DType d = impl_->types.storage.at(t.name);
+        Buffer<> b = make_buffer(spec, t.dims, ext, d);
+        std::vector<uint8_t> bytes = encode(inputs.at(t.name).data, d);
+        std::memcpy(b.data(), bytes.data(), std::min(bytes.size(), b.size_in_bytes()));
+        ImageParam(p.inputs[i]).set(b);
+    }
+    std::vector<Buffer<>> outs;
+    for (size_t k = 0; k < p.outputs.size(); ++k) {
+        const OutputInfo &o = spec.outputs[p.output_index[k]];
+        Buffer<> b = make_buffer(spec, o.dims, ext, impl_->types.storage.at(o.name));
+        std::memset(b.data(), 0xff, b.size_in_bytes());  // NaN in every float format: unwritten elements fail
+        outs.push_back(b);
+    }
+    Realization r(outs);
+    try {
+        impl_->pipeline.realize(r, impl_->target);
+    } catch (const Halide::Error &e) {
+        throw std::runtime_error(std::string("Halide: ") + e.what());
+    }
+    TensorMap result;
+    for (size_t k = 0; k < p.outputs.size(); ++k) {
+        const OutputInfo &o = spec.outputs[p.output_index[k]];
+        HostTensor h;
+        h.shape = physical_shape(spec, o.dims, ext);
+        h.data = decode((const uint8_t *)outs[k].data(), (size_t)outs[k].number_of_elements(), impl_->types.storage.at(o.name));
+        result[o.name] = std::move(h);
+    }
+    return result;
+}
+
+}  // namespace normgen::hl

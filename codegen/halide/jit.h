@@ -1,0 +1,37 @@
+// Halide JIT: lower + schedule a declaration and run it in-process on host tensors. Used by
+// `normgen verify` / `run` for declarations that have no generated (AOT) kernel, and by the tests.
+#pragma once
+
+#include "codegen/halide/lower.h"
+#include "codegen/halide/schedule.h"
+#include "runtime/reference/interpreter.h"
+
+#include <memory>
+
+namespace normgen::hl {
+
+// "host" (this CPU's features), "x86-64-avx2" (the portable AVX2 + FMA + F16C target), or any Halide
+// target string. Never embeds a runtime twice: callers add no_runtime for AOT libraries themselves.
+Halide::Target parse_target(const std::string &name);
+
+class JitKernel {
+public:
+    // `spec` consts may be overridden (they are baked into the code); compiled once, run many times.
+    JitKernel(const NormSpec &spec, DType dtype, const Halide::Target &target, const CpuSchedule &schedule,
+              bool with_optional, const Overrides &const_overrides = {});
+    ~JitKernel();
+    // Inputs in float64 are rounded to the kernel's storage types; outputs are poisoned (NaN) before
+    // the run and returned as float64. Axis overrides (e.g. g) apply here.
+    TensorMap run(const TensorMap &inputs, const Overrides &axis_overrides = {}) const;
+    const NormSpec &spec() const;
+    const KernelTypes &types() const;
+    const std::string &schedule_description() const;
+
+private:
+    void build(const NormSpec &spec, DType dtype, const Halide::Target &target, const CpuSchedule &schedule, bool with_optional,
+               const Overrides &const_overrides);
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace normgen::hl

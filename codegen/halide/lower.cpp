@@ -1,0 +1,394 @@
+#include "codegen/halide/lower.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace normgen::hl {
+
+using namespace Halide;
+
+namespace {
+
+// Welford's update is serial; to vectorize it, each reduction runs kWelfordLanes interleaved
+// Welford accumulators (element i goes to lane i mod L) and combines them with Chan et al.'s
+// pairwise formula. 16 = one AVX-512 vector of f32.
+constexpr int kWelfordLanes = 16;
+constexpr int kWelfordBlock = 64;  // serial Welford steps per lane before a pairwise merge
+
+class Lowerer {
+public:
+    Lowerer(const NormSpec &spec, const KernelTypes &types) : spec_(spec), types_(types) {
+        p_.acc = spec.accumulate == DType::F64 ? Float(64) : Float(32);
+    }
+
+    LoweredPipeline run(bool with_optional) {
+        declare_axes_and_inputs();
+        for (size_t i = 0; i < spec_.values.size(); ++i) define_value((int)i);
+        for (size_t i = 0; i < spec_.outputs.size(); ++i) {
+            const OutputInfo &o = spec_.outputs[i];
+            if (o.optional && !with_optional) continue;
+            Func f(o.name);
+            std::vector<Var> args;
+            std::vector<AxisId> atoms = memory_atoms(spec_, o.dims);
+            for (auto it = atoms.rbegin(); it != atoms.rend(); ++it) args.push_back(p_.vars[*it]);
+            f(args) = cast(halide_type(types_.storage.at(o.name)), call_value(o.value, identity_env()));
+            p_.outputs.push_back(f);
+            p_.output_index.push_back((int)i);
+        }
+        return std::move(p_);
+    }
+
+private:
+    using Env = std::map<AxisId, Expr>;
+    const NormSpec &spec_;
+    const KernelTypes &types_;
+    LoweredPipeline p_;
+    std::unordered_map<const Node *, Func> reduce_funcs_;
+
+    void declare_axes_and_inputs() {
+        p_.vars.resize(spec_.axes.size());
+        p_.extent.resize(spec_.axes.size());
+        for (size_t a = 0; a < spec_.axes.size(); ++a) p_.vars[a] = Var(spec_.axes[a].name);
+        for (const TensorInfo &t : spec_.tensors) {
+            std::vector<AxisId> atoms = memory_atoms(spec_, t.dims);
+            ImageParam in(halide_type(types_.storage.at(t.name)), (int)atoms.size(), t.name);
+            int rank = (int)atoms.size();
+            for (int k = 0; k < rank; ++k) {
+                AxisId a = atoms[rank - 1 - k];
+                if (!p_.extent[a].defined()) p_.extent[a] = in.dim(k).extent();
+            }
+            p_.inputs.push_back(in);
+        }
+    }
+
+    Env identity_env() const {
+        Env env;
+        for (size_t a = 0; a < spec_.axes.size(); ++a)
+            if (!spec_.axes[a].is_split()) env[(AxisId)a] = p_.vars[a];
+        return env;
+    }
+
+    // Pure args of a Func over `axes` (ascending ids = declaration order): innermost first.
+    std::vector<Expr> args_at(const AxisSet &axes, const Env &env) const {
+        std::vector<Expr> r;
+        for (auto it = axes.rbegin(); it != axes.rend(); ++it) r.push_back(env.at(*it));
+        return r;
+    }
+    std::vector<Var> pure_vars(const AxisSet &axes) const {
+        std::vector<Var> r;
+        for (auto it = axes.rbegin(); it != axes.rend(); ++it) r.push_back(p_.vars[*it]);
+        return r;
+    }
+
+    void define_value(int i) {
+        const ValueDef &v = spec_.values[i];
+        Func f(v.name);
+        f(pure_vars(v.expr->axes)) = lower(*v.expr, identity_env());
+        p_.values.push_back(f);
+    }
+
+    Expr call_value(int i, const Env &env) { return p_.values[i](args_at(spec_.values[i].expr->axes, env)); }
+
+    Expr count_of(const AxisSet &axes) const {
+        Expr c = cast(p_.acc, 1);
+        for (AxisId a : axes) c = c * cast(p_.acc, p_.extent[a]);
+        return c;
+    }
+
+    Expr lower(const Node &n, const Env &env) {
+        switch (n.kind) {
+        case Node::Literal: return cast(p_.acc, Expr(n.value));
+        case Node::Const: return cast(p_.acc, Expr(spec_.find_const(n.name)->value));
+        case Node::Tensor: {
+            const TensorInfo &t = spec_.tensors[n.index];
+            std::vector<AxisId> atoms = memory_atoms(spec_, t.dims);
+            std::vector<Expr> coords;
+            for (auto it = atoms.rbegin(); it != atoms.rend(); ++it) coords.push_back(env.at(*it));
+            return cast(p_.acc, p_.inputs[n.index](coords));
+        }
+        case Node::Value: return call_value(n.index, env);
+        case Node::Count: return count_of(n.over);
+        case Node::Unary: {
+            Expr a = lower(*n.args[0], env);
+            switch (n.unary) {
+            case UnaryOp::Neg: return -a;
+            case UnaryOp::Sqrt: return sqrt(a);
+            case UnaryOp::Rsqrt: return cast(p_.acc, 1) / sqrt(a);  // exact, not fast_inverse_sqrt
+            case UnaryOp::Tanh: return tanh(a);
+            case UnaryOp::Exp: return exp(a);
+            case UnaryOp::Log: return log(a);
+            case UnaryOp::Abs: return abs(a);
+            case UnaryOp::Sigmoid: return cast(p_.acc, 1) / (cast(p_.acc, 1) + exp(-a));
+            }
+            break;
+        }
+        case Node::Binary: {
+            Expr a = lower(*n.args[0], env), b = lower(*n.args[1], env);
+            switch (n.binary) {
+            case BinaryOp::Add: return a + b;
+            case BinaryOp::Sub: return a - b;
+            case BinaryOp::Mul: return a * b;
+            case BinaryOp::Div: return a / b;
+            // NaN must propagate (the reference does): Halide's max/min may drop it.
+            case BinaryOp::Max: return select(is_nan(a) || is_nan(b), a + b, max(a, b));
+            case BinaryOp::Min: return select(is_nan(a) || is_nan(b), a + b, min(a, b));
+            case BinaryOp::Pow: return pow(a, b);
+            }
+            break;
+        }
+        case Node::Reduce: return reduction(n)(args_at(n.axes, env));
+        }
+        throw std::logic_error("halide lowering: unknown node");
+    }
+
+    // The RDom over a reduction's axes, innermost (highest id) first, and the env binding them.
+    std::pair<RDom, std::vector<AxisId>> rdom_for(const AxisSet &over, const std::string &name) const {
+        Region ranges;
+        std::vector<AxisId> axes;
+        for (auto it = over.rbegin(); it != over.rend(); ++it) {
+            ranges.push_back(Range(0, p_.extent[*it]));
+            axes.push_back(*it);
+        }
+        return {RDom(ranges, name), axes};
+    }
+
+    Env bind(const Node &n, const RDom &r, const std::vector<AxisId> &axes) const {
+        Env env = identity_env();
+        for (size_t k = 0; k < axes.size(); ++k) env[axes[k]] = r[(int)k];
+        (void)n;
+        return env;
+    }
+
+    // The pure coordinates of reduction `n` as bound in `env`.
+    std::vector<Expr> pv_at(const Node &n, const Env &env) const { return args_at(n.axes, env); }
+
+    // The shift of a mean: the mean of the first (up to) 64 elements along the innermost reduced
+    // axis. Summing x - shift instead of x keeps the partial sums near sigma * sqrt(block) whether
+    // the data sit far from zero (x = 1e4 + N(0,1): unshifted partial sums carry the offset and f32
+    // loses its digits to it) or not (a shift of one element would itself be sigma away from the
+    // mean and make zero-mean sums worse). The mean is shift + sum / n.
+    // (Measured: DeepNorm f16 on x, f = 1e4 + N(0,1), 2 x 65536 on AVX2 had rstd 8 % off without
+    // a shift, 5e-6 with it; a one-element shift made LayerNorm's mu on N(0,1) rows 85x less exact.)
+    Func shift(const Node &n, const std::string &base, const std::vector<Var> &pv, const std::function<Expr(const Env &)> &operand,
+               ReductionFuncs &rf) {
+        AxisId inner = n.over.back();
+        Expr m = min(p_.extent[inner], 64);
+        RDom r(0, m, "r_" + base + "_shift");
+        Env env = identity_env();
+        for (AxisId a : n.over) env[a] = 0;
+        env[inner] = r.x;
+        Func ks(base + "_shift_sum");
+        ks(pv) = cast(p_.acc, 0);
+        ks(pv) += operand(env);
+        rf.updates.push_back({ks, r, {inner}, true});
+        Func k(base + "_shift");
+        k(pv) = ks(pv) / cast(p_.acc, m);
+        rf.helpers.push_back(k);
+        return k;
+    }
+
+    Func sum_of(const Node &n, const std::string &name, const std::function<Expr(const Env &)> &term, ReductionFuncs &rf) {
+        Func s(name);
+        std::vector<Var> pv = pure_vars(n.axes);
+        auto [r, axes] = rdom_for(n.over, "r_" + name);
+        s(pv) = cast(p_.acc, 0);
+        s(pv) += term(bind(n, r, axes));
+        rf.updates.push_back({s, r, axes, true});
+        return s;
+    }
+
+    Func reduction(const Node &n) {
+        auto it = reduce_funcs_.find(&n);
+        if (it != reduce_funcs_.end()) return it->second;
+        std::string base = "red" + std::to_string(reduce_funcs_.size()) + "_" + reduce_name(n.reduce);
+        ReductionFuncs rf;
+        rf.node = &n;
+        std::vector<Var> pv = pure_vars(n.axes);
+        const Node &arg = *n.args[0];
+        Func result;
+        auto operand = [&](const Env &env) { return lower(arg, env); };
+        switch (n.reduce) {
+        case ReduceOp::Sum: result = sum_of(n, base, operand, rf); break;
+        case ReduceOp::Mean: {
+            Func k = shift(n, base, pv, operand, rf);
+            Func s = sum_of(n, base + "_sum", [&](const Env &env) { return operand(env) - k(pv_at(n, env)); }, rf);
+            result = Func(base);
+            result(pv) = k(pv) + s(pv) / count_of(n.over);
+            break;
+        }
+        case ReduceOp::Max:
+        case ReduceOp::Min: {
+            bool is_max = n.reduce == ReduceOp::Max;
+            auto [r, axes] = rdom_for(n.over, "r_" + base);
+            result = Func(base);
+            result(pv) = is_max ? p_.acc.min() : p_.acc.max();
+            Expr x = operand(bind(n, r, axes)), cur = result(pv);
+            result(pv) = select(is_nan(x) || is_nan(cur), x + cur, is_max ? max(cur, x) : min(cur, x));
+            rf.updates.push_back({result, r, axes, true});
+            break;
+        }
+        case ReduceOp::Var: result = variance(n, base, pv, operand, rf); break;
+        }
+        rf.result = result;
+        p_.reductions.push_back(rf);
+        reduce_funcs_[&n] = result;
+        return result;
+    }
+
+    Func variance(const Node &n, const std::string &base, const std::vector<Var> &pv,
+                  const std::function<Expr(const Env &)> &operand, ReductionFuncs &rf) {
+        Func v(base);
+        Expr count = count_of(n.over);
+        switch (spec_.variance) {
+        case VarianceAlgorithm::TwoPass: {
+            // Pass 1: the mean (of the data shifted by its first element). Pass 2: the mean squared
+            // deviation from it. Robust for large means.
+            Func k = shift(n, base, pv, operand, rf);
+            Func s = sum_of(n, base + "_sum", [&](const Env &env) { return operand(env) - k(pv_at(n, env)); }, rf);
+            Func mu(base + "_mean");
+            mu(pv) = k(pv) + s(pv) / count;
+            rf.helpers.push_back(mu);
+            Func ss = sum_of(n, base + "_ssd", [&](const Env &env) {
+                Expr d = operand(env) - mu(args_at(n.axes, env));
+                return d * d;
+            }, rf);
+            v(pv) = ss(pv) / count;
+            break;
+        }
+        case VarianceAlgorithm::OnePass: {
+            // E[x^2] - E[x]^2 in one sweep: fast, and cancels catastrophically for large means, as
+            // declared. Clamped at 0 so rounding cannot make it negative.
+            Func s = sum_of(n, base + "_sum", operand, rf);
+            Func s2 = sum_of(n, base + "_sumsq", [&](const Env &env) { Expr x = operand(env); return x * x; }, rf);
+            Expr m = s(pv) / count;
+            v(pv) = max(s2(pv) / count - m * m, cast(p_.acc, 0));
+            break;
+        }
+        case VarianceAlgorithm::Welford: v = welford(n, base, pv, operand, rf); break;
+        }
+        return v;
+    }
+
+    // Welford, blocked so it vectorizes and stays accurate on long reductions: element i of the
+    // innermost reduced axis goes to lane i mod L and block i / (L * B); each (lane, block, outer
+    // reduced coordinate) runs a serial Welford over at most B elements; the partial (count, mean,
+    // m2) triples are merged with Chan et al.'s pairwise formula, first over blocks and outer
+    // coordinates per lane (vectorized), then over the L lanes.
+    Func welford(const Node &n, const std::string &base, const std::vector<Var> &pv,
+                 const std::function<Expr(const Env &)> &operand, ReductionFuncs &rf) {
+        const int L = kWelfordLanes, B = kWelfordBlock;
+        AxisId inner = n.over.back();  // the innermost reduced axis (highest id)
+        Expr e0 = p_.extent[inner];
+        Expr nblocks = (e0 + (L * B - 1)) / (L * B);
+        Var lane("lane"), block("block");
+        std::vector<Var> outer_vars;     // the other reduced axes, kept as pure dimensions
+        std::vector<AxisId> outer_axes;
+        for (auto it = n.over.rbegin() + 1; it != n.over.rend(); ++it) {
+            outer_vars.push_back(Var("o_" + spec_.axes[*it].name));
+            outer_axes.push_back(*it);
+        }
+        std::vector<Var> wv{lane, block};
+        wv.insert(wv.end(), outer_vars.begin(), outer_vars.end());
+        wv.insert(wv.end(), pv.begin(), pv.end());
+
+        Func w(base + "_lanes");
+        Expr zero = cast(p_.acc, 0);
+        w(wv) = Tuple(zero, zero, zero);
+        RDom kb(0, B, "r_" + base + "_welford");
+        Env env = identity_env();
+        Expr i = (block * B + kb.x) * L + lane;
+        env[inner] = min(i, e0 - 1);  // clamped: out-of-range lanes load a valid element and ignore it
+        for (size_t k = 0; k < outer_axes.size(); ++k) env[outer_axes[k]] = outer_vars[k];
+        Expr x = operand(env);
+        Expr cnt = w(wv)[0], mean = w(wv)[1], m2 = w(wv)[2];
+        Expr cnt1 = cnt + 1, delta = x - mean, mean1 = mean + delta / cnt1, m21 = m2 + delta * (x - mean1);
+        Expr valid = i < e0;
+        w(wv) = Tuple(select(valid, cnt1, cnt), select(valid, mean1, mean), select(valid, m21, m2));
+        rf.updates.push_back({w, kb, {inner}, false});
+
+        // Chan's merge of two partial (count, mean, m2) triples.
+        auto merge = [&](Expr na, Expr ma, Expr m2a, Expr nb, Expr mb, Expr m2b) {
+            Expr nn = na + nb, d = mb - ma, safe = max(nn, cast(p_.acc, 1));
+            return Tuple(nn, select(nn == 0, zero, ma + d * nb / safe), m2a + m2b + d * d * na * nb / safe);
+        };
+        // Per lane, one level per dimension: first the blocks, then each outer reduced axis in turn
+        // (each merge chain stays short: a long serial chain of merges drifts like a long sum).
+        rf.helpers.push_back(w);
+        rf.lane_funcs.push_back(w.name());
+        Func prev = w;
+        std::vector<Expr> dims_extent{nblocks};
+        for (AxisId a : outer_axes) dims_extent.push_back(p_.extent[a]);
+        for (size_t level = 0; level < dims_extent.size(); ++level) {
+            RDom rb(0, dims_extent[level], "r_" + base + "_merge" + std::to_string(level));
+            std::vector<Var> keep{lane};
+            keep.insert(keep.end(), outer_vars.begin() + level, outer_vars.end());
+            keep.insert(keep.end(), pv.begin(), pv.end());
+            std::vector<Expr> at{lane, rb.x};
+            for (size_t k = level; k < outer_vars.size(); ++k) at.push_back(outer_vars[k]);
+            for (const Var &v : pv) at.push_back(v);
+            Func m(base + "_merge" + std::to_string(level));
+            m(keep) = Tuple(zero, zero, zero);
+            m(keep) = merge(m(keep)[0], m(keep)[1], m(keep)[2], prev(at)[0], prev(at)[1], prev(at)[2]);
+            rf.helpers.push_back(m);
+            rf.lane_funcs.push_back(m.name());
+            prev = m;
+        }
+        // Over the lanes.
+        Func c(base + "_combined");
+        RDom rl(0, L, "r_" + base + "_lane");
+        c(pv) = Tuple(zero, zero, zero);
+        std::vector<Expr> lat{rl.x};
+        for (const Var &v : pv) lat.push_back(v);
+        c(pv) = merge(c(pv)[0], c(pv)[1], c(pv)[2], prev(lat)[0], prev(lat)[1], prev(lat)[2]);
+        rf.helpers.push_back(c);
+
+        Func v(base);
+        v(pv) = c(pv)[2] / max(c(pv)[0], cast(p_.acc, 1));
+        return v;
+    }
+};
+
+}  // namespace
+
+Type halide_type(DType t) {
+    switch (t) {
+    case DType::F32: return Float(32);
+    case DType::F16: return Float(16);
+    case DType::BF16: return BFloat(16);
+    case DType::F64: return Float(64);
+    }
+    return Float(32);
+}
+
+KernelTypes kernel_types(const NormSpec &spec, DType want) {
+    KernelTypes k;
+    k.tag = dtype_name(want);
+    for (const TensorInfo &t : spec.tensors) k.storage[t.name] = DType::F32;
+    for (const OutputInfo &o : spec.outputs) k.storage[o.name] = DType::F32;
+    for (const StorageGroup &g : spec.storage) {
+        DType d = std::find(g.allowed.begin(), g.allowed.end(), want) != g.allowed.end() ? want : g.allowed.front();
+        for (const std::string &n : g.tensors) k.storage[n] = d;
+    }
+    return k;
+}
+
+std::vector<AxisId> memory_atoms(const NormSpec &spec, const std::vector<AxisId> &dims) {
+    std::vector<AxisId> atoms;
+    for (AxisId d : dims) {
+        if (spec.axes[d].is_split()) atoms.insert(atoms.end(), spec.axes[d].parts.begin(), spec.axes[d].parts.end());
+        else atoms.push_back(d);
+    }
+    return atoms;
+}
+
+std::vector<Argument> LoweredPipeline::arguments() const {
+    std::vector<Argument> args;
+    for (const ImageParam &p : inputs) args.push_back(p);
+    return args;
+}
+
+LoweredPipeline lower_to_halide(const NormSpec &spec, const KernelTypes &types, bool with_optional) {
+    return Lowerer(spec, types).run(with_optional);
+}
+
+}  // namespace normgen::hl

@@ -1,0 +1,70 @@
+// NormSpec -> Halide: THE ALGORITHM, derived from the declaration alone (no per-layer code).
+//
+// The kernel ABI (shared with the runtime and recorded in the manifest): one halide_buffer_t per
+// declared input and parameter (NormSpec::tensors order), then one per output (NormSpec::outputs
+// order, or only the required outputs for a "core" kernel). Each buffer has one dimension per
+// *atomic* axis of the tensor, in memory order with Halide's dimension 0 innermost; a split axis
+// such as GroupNorm's c = (g, cg) is passed as its two parts, so kernels never divide indices.
+// Storage types are the kernel's; arithmetic is in the declared accumulation type; outputs are
+// rounded once on store.
+#pragma once
+
+#include "dsl/norm_spec.h"
+
+#include <Halide.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace normgen::hl {
+
+// The storage type of every input, parameter and output of one kernel.
+struct KernelTypes {
+    std::string tag;  // "f32", "bf16", "f16": the type asked for
+    std::map<std::string, DType> storage;
+};
+
+// Each storage group takes `want` if it allows it, else its first (default) type; undeclared
+// tensors are f32.
+KernelTypes kernel_types(const NormSpec &spec, DType want);
+
+Halide::Type halide_type(DType t);
+
+// The atomic axes of a declared shape in memory order (split views expanded, major part first).
+std::vector<AxisId> memory_atoms(const NormSpec &spec, const std::vector<AxisId> &dims);
+
+// One reduction as lowered: the Func holding its result, and the Funcs whose update definitions
+// iterate an RDom (the schedule vectorizes and places these).
+struct ReductionFuncs {
+    const Node *node = nullptr;
+    Halide::Func result;
+    struct Update {
+        Halide::Func func;
+        Halide::RDom rdom;               // dims innermost first
+        std::vector<AxisId> rdom_axes;   // the atomic axis of each RDom dimension
+        bool associative = true;         // false for Welford's serial update (no rfactor)
+    };
+    std::vector<Update> updates;
+    std::vector<Halide::Func> helpers;   // other Funcs of this reduction (e.g. Welford's lanes)
+    std::vector<std::string> lane_funcs; // helpers whose first dimension is a vector lane
+};
+
+struct LoweredPipeline {
+    std::vector<Halide::ImageParam> inputs;  // NormSpec::tensors order
+    std::vector<Halide::Func> outputs;       // the kernel's outputs, in order
+    std::vector<int> output_index;           // index into NormSpec::outputs of each kernel output
+    std::vector<Halide::Var> vars;           // per axis id (unused for split axes)
+    std::vector<Halide::Expr> extent;        // per atomic axis id
+    std::vector<Halide::Func> values;        // per NormSpec::values
+    std::vector<ReductionFuncs> reductions;  // in stage order
+    Halide::Type acc;
+
+    std::vector<Halide::Argument> arguments() const;
+    Halide::Pipeline pipeline() const { return Halide::Pipeline(outputs); }
+};
+
+// `with_optional`: include the optional outputs (saved statistics) as kernel outputs.
+LoweredPipeline lower_to_halide(const NormSpec &spec, const KernelTypes &types, bool with_optional);
+
+}  // namespace normgen::hl

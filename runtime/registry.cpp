@@ -1,0 +1,347 @@
+#include "runtime/registry.h"
+
+#include "dsl/checker.h"
+#include "dsl/diagnostics.h"
+#include "runtime/errors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <unordered_map>
+
+namespace normgen {
+
+using nlohmann::json;
+
+const char *role_name(KernelArg::Role r) {
+    switch (r) {
+    case KernelArg::Input: return "input";
+    case KernelArg::Param: return "param";
+    case KernelArg::Output: return "output";
+    }
+    return "?";
+}
+
+// __builtin_cpu_supports takes a string literal, so each name the manifest may carry is spelled out.
+bool cpu_supports(const std::string &f) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+#define NORMGEN_FEATURE(name) \
+    if (f == name) return __builtin_cpu_supports(name) != 0;
+    NORMGEN_FEATURE("sse2")
+    NORMGEN_FEATURE("sse3")
+    NORMGEN_FEATURE("ssse3")
+    NORMGEN_FEATURE("sse4.1")
+    NORMGEN_FEATURE("sse4.2")
+    NORMGEN_FEATURE("popcnt")
+    NORMGEN_FEATURE("avx")
+    NORMGEN_FEATURE("avx2")
+    NORMGEN_FEATURE("fma")
+    NORMGEN_FEATURE("bmi")
+    NORMGEN_FEATURE("bmi2")
+    NORMGEN_FEATURE("avx512f")
+    NORMGEN_FEATURE("avx512cd")
+    NORMGEN_FEATURE("avx512bw")
+    NORMGEN_FEATURE("avx512dq")
+    NORMGEN_FEATURE("avx512vl")
+    NORMGEN_FEATURE("avx512ifma")
+    NORMGEN_FEATURE("avx512vbmi")
+    NORMGEN_FEATURE("avx512vbmi2")
+    NORMGEN_FEATURE("avx512vnni")
+    NORMGEN_FEATURE("avx512bitalg")
+    NORMGEN_FEATURE("avx512vpopcntdq")
+    NORMGEN_FEATURE("avx512bf16")
+    NORMGEN_FEATURE("avx512fp16")
+#undef NORMGEN_FEATURE
+    // F16C has no __builtin_cpu_supports name in GCC 12: CPUID leaf 1, ECX bit 29.
+    if (f == "f16c") {
+        unsigned a = 1, b = 0, c = 0, d = 0;
+        __asm__ __volatile__("cpuid" : "+a"(a), "=b"(b), "=c"(c), "=d"(d) : "c"(0));
+        return ((c >> 29) & 1) && __builtin_cpu_supports("avx");  // usable only where the OS enables AVX state
+    }
+#endif
+    return false;
+}
+
+std::string cpu_isa() {
+    auto all = [](std::initializer_list<const char *> fs) {
+        for (const char *f : fs)
+            if (!cpu_supports(f)) return false;
+        return true;
+    };
+    if (all({"avx2", "fma", "f16c", "avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"})) return "avx512";
+    if (all({"avx2", "fma", "f16c"})) return "avx2";
+    return "";
+}
+
+std::string manifest_path_from_env(const std::string &compiled_in) {
+    const char *env = std::getenv("NORMGEN_MANIFEST");
+    if (env && *env) return env;
+    return compiled_in;
+}
+
+const KernelArg *Registry::Kernel::find_arg(const std::string &name) const {
+    for (const KernelArg &a : args)
+        if (a.name == name) return &a;
+    return nullptr;
+}
+
+bool Registry::Kernel::runs_here() const {
+    for (const std::string &f : cpu_features)
+        if (!cpu_supports(f)) return false;
+    return true;
+}
+
+namespace {
+
+std::string join(const std::vector<std::string> &v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+    return s + "]";
+}
+
+// Reads one entry's fields, with errors that say which kernel and which field.
+class EntryReader {
+public:
+    EntryReader(const std::string &path, const json &e, size_t index) : path_(path), e_(e), where_("kernel #" + std::to_string(index)) {
+        if (!e.is_object()) fail("is not a JSON object");
+    }
+    void named(const std::string &function) { where_ = "kernel '" + function + "'"; }
+
+    [[noreturn]] void fail(const std::string &what) const {
+        throw UserError("manifest '" + path_ + "': " + where_ + ": " + what);
+    }
+
+    const json &field(const json &obj, const char *key, const std::string &ctx = "") const {
+        auto it = obj.find(key);
+        if (it == obj.end()) fail(ctx + "missing field '" + key + "'");
+        return *it;
+    }
+    std::string str(const json &obj, const char *key, const std::string &ctx = "") const {
+        const json &v = field(obj, key, ctx);
+        if (!v.is_string()) fail(ctx + "field '" + key + "' is not a string");
+        return v.get<std::string>();
+    }
+    bool boolean(const json &obj, const char *key, const std::string &ctx = "") const {
+        const json &v = field(obj, key, ctx);
+        if (!v.is_boolean()) fail(ctx + "field '" + key + "' is not true or false");
+        return v.get<bool>();
+    }
+    std::vector<std::string> strings(const json &obj, const char *key, const std::string &ctx = "") const {
+        const json &v = field(obj, key, ctx);
+        if (!v.is_array()) fail(ctx + "field '" + key + "' is not an array");
+        std::vector<std::string> out;
+        for (const json &s : v) {
+            if (!s.is_string()) fail(ctx + "field '" + key + "' holds a non-string");
+            out.push_back(s.get<std::string>());
+        }
+        return out;
+    }
+    DType dtype(const json &obj, const char *key, const std::string &ctx = "") const {
+        std::string s = str(obj, key, ctx);
+        auto t = parse_dtype(s);
+        if (!t || *t == DType::F64) fail(ctx + "field '" + key + "': unknown storage type '" + s + "' (expected f32, bf16 or f16)");
+        return *t;
+    }
+
+    const json &entry() const { return e_; }
+
+private:
+    const std::string &path_;
+    const json &e_;
+    std::string where_;
+};
+
+// The atomic axes of a declared shape in memory order (split views expanded, major part first).
+std::vector<AxisId> memory_atoms(const NormSpec &spec, const std::vector<AxisId> &dims) {
+    std::vector<AxisId> atoms;
+    for (AxisId d : dims) {
+        if (spec.axes[d].is_split()) atoms.insert(atoms.end(), spec.axes[d].parts.begin(), spec.axes[d].parts.end());
+        else atoms.push_back(d);
+    }
+    return atoms;
+}
+
+// Checks the entry's args against the declaration: names, roles and order (the kernel ABI of
+// codegen/halide/lower.h), declared dims, buffer dims, optional and updates flags, storage types.
+void check_args(const EntryReader &r, const NormSpec &spec, Registry::Kernel &k) {
+    struct Expected {
+        std::string name;
+        KernelArg::Role role;
+        const std::vector<AxisId> *dims;
+        bool optional;
+        std::string updates;
+    };
+    std::vector<Expected> expected;
+    for (const TensorInfo &t : spec.tensors)
+        expected.push_back({t.name, t.role == TensorInfo::Param ? KernelArg::Param : KernelArg::Input, &t.dims, false, ""});
+    for (const OutputInfo &o : spec.outputs)
+        if (!o.optional || k.full()) expected.push_back({o.name, KernelArg::Output, &o.dims, o.optional, o.updates});
+
+    std::vector<std::string> want_names, got_names;
+    for (const Expected &x : expected) want_names.push_back(x.name);
+    for (const KernelArg &a : k.args) got_names.push_back(a.name);
+    if (want_names != got_names)
+        r.fail("its args " + join(got_names) + " do not match the " + k.variant + " kernel ABI of its declaration, " + join(want_names));
+
+    for (size_t i = 0; i < expected.size(); ++i) {
+        const Expected &x = expected[i];
+        KernelArg &a = k.args[i];
+        std::string ctx = "arg '" + a.name + "': ";
+        if (a.role != x.role) r.fail(ctx + "role " + role_name(a.role) + ", but the declaration makes it an " + role_name(x.role));
+        std::vector<std::string> dims;
+        for (AxisId d : *x.dims) dims.push_back(spec.axes[d].name);
+        if (a.dims != dims) r.fail(ctx + "dims " + join(a.dims) + ", but it is declared " + join(dims));
+        std::vector<AxisId> atoms = memory_atoms(spec, *x.dims);
+        std::vector<std::string> bdims;
+        for (auto it = atoms.rbegin(); it != atoms.rend(); ++it) bdims.push_back(spec.axes[*it].name);
+        if (a.buffer_dims != bdims)
+            r.fail(ctx + "buffer_dims " + join(a.buffer_dims) + ", but its atomic axes innermost first are " + join(bdims));
+        a.buffer_axes.assign(atoms.rbegin(), atoms.rend());
+        if (a.optional != x.optional) r.fail(ctx + (a.optional ? "marked optional, but it is required" : "not marked optional, but it is optional"));
+        if (a.updates != x.updates) r.fail(ctx + "updates '" + a.updates + "', but the declaration says '" + x.updates + "'");
+        std::vector<DType> allowed = spec.storage_of(a.name);
+        if (std::find(allowed.begin(), allowed.end(), a.dtype) == allowed.end())
+            r.fail(ctx + "storage type " + dtype_name(a.dtype) + " is not one its declaration allows");
+    }
+}
+
+}  // namespace
+
+Registry Registry::load(const std::string &path, const KernelEntry *table, size_t n) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        throw UserError("cannot read the kernel manifest '" + path +
+                        "' (set NORMGEN_MANIFEST to the generated/manifest.json of the build that made the kernels)");
+    json doc;
+    try {
+        doc = json::parse(in);
+    } catch (const json::exception &e) {
+        throw UserError("manifest '" + path + "' is not valid JSON: " + e.what());
+    }
+    if (!doc.is_object() || !doc.contains("normgen_manifest"))
+        throw UserError("manifest '" + path + "' is not a normgen manifest (no \"normgen_manifest\" field)");
+    if (doc["normgen_manifest"] != 1)
+        throw UserError("manifest '" + path + "': unsupported format version " + doc["normgen_manifest"].dump() + " (this runtime reads 1)");
+    if (!doc.contains("kernels") || !doc["kernels"].is_array())
+        throw UserError("manifest '" + path + "': \"kernels\" is missing or not an array");
+
+    std::unordered_map<std::string, int (*)(void **)> entries;
+    for (size_t i = 0; i < n; ++i)
+        if (table[i].function) entries[table[i].function] = table[i].argv;
+
+    Registry reg;
+    reg.path_ = path;
+    std::map<std::string, std::string> norm_of_layer;
+    const json &list = doc["kernels"];
+    for (size_t i = 0; i < list.size(); ++i) {
+        EntryReader r(path, list[i], i);
+        const json &e = list[i];
+        auto k = std::make_unique<Kernel>();
+        k->function = r.str(e, "function");
+        r.named(k->function);
+        if (reg.find(k->function)) r.fail("listed twice");
+        k->layer = r.str(e, "layer");
+        k->source = r.str(e, "source");
+        k->norm = r.str(e, "norm");
+        k->dtype = r.dtype(e, "dtype");
+        k->target = r.str(e, "target");
+        k->isa = r.str(e, "isa");
+        k->cpu_features = r.strings(e, "cpu_features");
+        k->variant = r.str(e, "variant");
+        if (k->variant != "core" && k->variant != "full") r.fail("variant '" + k->variant + "' (expected core or full)");
+        k->schedule = e.contains("schedule") ? r.str(e, "schedule") : "";
+        k->library = e.contains("library") ? r.str(e, "library") : "";
+        k->header = e.contains("header") ? r.str(e, "header") : "";
+        const json &args = r.field(e, "args");
+        if (!args.is_array()) r.fail("field 'args' is not an array");
+        for (size_t j = 0; j < args.size(); ++j) {
+            const json &a = args[j];
+            std::string ctx = "arg #" + std::to_string(j) + ": ";
+            if (!a.is_object()) r.fail(ctx + "is not a JSON object");
+            KernelArg arg;
+            arg.name = r.str(a, "name", ctx);
+            ctx = "arg '" + arg.name + "': ";
+            std::string role = r.str(a, "role", ctx);
+            if (role == "input") arg.role = KernelArg::Input;
+            else if (role == "param") arg.role = KernelArg::Param;
+            else if (role == "output") arg.role = KernelArg::Output;
+            else r.fail(ctx + "role '" + role + "' (expected input, param or output)");
+            arg.dtype = r.dtype(a, "dtype", ctx);
+            arg.dims = r.strings(a, "dims", ctx);
+            arg.buffer_dims = r.strings(a, "buffer_dims", ctx);
+            arg.optional = a.contains("optional") ? r.boolean(a, "optional", ctx) : false;
+            arg.updates = a.contains("updates") ? r.str(a, "updates", ctx) : "";
+            k->args.push_back(std::move(arg));
+        }
+
+        // The declaration, parsed once per layer.
+        auto known = reg.specs_.find(k->layer);
+        if (known == reg.specs_.end()) {
+            std::shared_ptr<const NormSpec> spec;
+            try {
+                spec = std::make_shared<const NormSpec>(load_norm_text(k->source, k->norm));
+            } catch (const DiagnosticError &d) {
+                r.fail("its declaration does not check:\n" + d.render());
+            } catch (const UserError &u) {
+                r.fail(std::string("its declaration does not load: ") + u.what());
+            }
+            if (spec->name != k->layer) r.fail("layer '" + k->layer + "', but its declaration is named '" + spec->name + "'");
+            known = reg.specs_.emplace(k->layer, spec).first;
+            norm_of_layer[k->layer] = k->norm;
+        } else if (norm_of_layer[k->layer] != k->norm) {
+            r.fail("its declaration differs from that of another kernel of layer '" + k->layer + "'");
+        }
+        k->spec = known->second;
+        check_args(r, *k->spec, *k);
+
+        auto fn = entries.find(k->function);
+        if (fn == entries.end() || !fn->second)
+            r.fail("function '" + k->function + "' is not in this program's kernel table (" + std::to_string(n) +
+                   " entries); link the normgen_kernels library built with this manifest, or point NORMGEN_MANIFEST at its manifest");
+        k->argv = fn->second;
+        reg.kernels_.push_back(std::move(k));
+    }
+    return reg;
+}
+
+std::vector<const Registry::Kernel *> Registry::kernels() const {
+    std::vector<const Kernel *> out;
+    for (const auto &k : kernels_) out.push_back(k.get());
+    return out;
+}
+
+const Registry::Kernel *Registry::find(const std::string &function) const {
+    for (const auto &k : kernels_)
+        if (k->function == function) return k.get();
+    return nullptr;
+}
+
+std::shared_ptr<const NormSpec> Registry::spec(const std::string &layer) const {
+    auto it = specs_.find(layer);
+    return it == specs_.end() ? nullptr : it->second;
+}
+
+const Registry::Kernel *Registry::select(const std::string &layer, DType dtype, bool need_optional_outputs,
+                                         const std::string &isa) const {
+    auto spec = this->spec(layer);
+    if (!spec) return nullptr;
+    bool has_optional = false;
+    for (const OutputInfo &o : spec->outputs) has_optional = has_optional || o.optional;
+    // A layer without optional outputs has only a core kernel, and it writes every output.
+    const std::string variant = need_optional_outputs && has_optional ? "full" : "core";
+    auto rank = [](const std::string &tag) { return tag == "avx512" ? 2 : tag == "avx2" ? 1 : 0; };
+    const Kernel *best = nullptr;
+    for (const auto &k : kernels_) {
+        if (k->layer != layer || k->dtype != dtype || k->variant != variant) continue;
+        if (!isa.empty() && k->isa != isa) continue;
+        if (!k->runs_here()) continue;
+        if (!best || rank(k->isa) > rank(best->isa)) best = k.get();
+    }
+    return best;
+}
+
+}  // namespace normgen

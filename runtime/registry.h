@@ -1,0 +1,126 @@
+// The kernel registry: the generated kernels a program was linked with, described by the manifest
+// the build wrote beside them, and the choice of one for a layer, a storage type and this CPU.
+//
+// The manifest (JSON, written by normgen-gen into the build tree as generated/manifest.json):
+//
+//   { "normgen_manifest": 1,
+//     "kernels": [ {
+//         "function": "layer_norm__f32__avx512__core",  // C symbol; the entry point is <function>_argv
+//         "layer": "layer_norm", "source": "dsl/catalog/layer_norm.norm",
+//         "norm": "<canonical .norm text>",
+//         "dtype": "f32",                // the storage type asked for: f32 | bf16 | f16
+//         "target": "<Halide target>", "isa": "avx512" | "avx2",
+//         "cpu_features": ["avx2", "fma", ...],      // __builtin_cpu_supports names
+//         "variant": "core" | "full",    // core: required outputs; full: optional outputs too
+//         "schedule": "...", "library": "<file>.a", "header": "<file>.h",
+//         "args": [ { "name": "x", "role": "input" | "param" | "output", "dtype": "f32",
+//                     "dims": ["rows", "d"],         // declared axes, memory order, outermost first
+//                     "buffer_dims": ["d", "rows"],  // halide_buffer_t dims, innermost first, atomic axes
+//                     "optional": false, "updates": "" }, ... ] } ] }
+//
+// The args are in the kernel's argument order: inputs and params (NormSpec::tensors order), then
+// the outputs. Loading checks every entry against its own `norm` text, so a manifest that does not
+// match the declaration it carries is refused rather than run.
+#pragma once
+
+#include "dsl/norm_spec.h"
+#include "runtime/kernel_table.h"
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace normgen {
+
+struct KernelArg {
+    enum Role { Input, Param, Output };
+    std::string name;
+    Role role = Input;
+    DType dtype = DType::F32;
+    std::vector<std::string> dims;         // declared axes, outermost first
+    std::vector<std::string> buffer_dims;  // halide_buffer_t dimensions, innermost first (atomic axes)
+    std::vector<AxisId> buffer_axes;       // the atomic axis id of each buffer dimension
+    bool optional = false;                 // an optional output (saved statistics)
+    std::string updates;                   // the input this output may overwrite in place, or ""
+};
+
+const char *role_name(KernelArg::Role r);  // "input", "param", "output"
+
+class Registry {
+public:
+    struct Kernel {
+        std::string function;   // C symbol of the pipeline; `argv` is <function>_argv
+        std::string layer;
+        std::string source;
+        std::string norm;       // canonical declaration text
+        DType dtype = DType::F32;  // the storage type asked for (the manifest's "dtype")
+        std::string target;
+        std::string isa;        // "avx512", "avx2"
+        std::vector<std::string> cpu_features;
+        std::string variant;    // "core", "full"
+        std::string schedule;
+        std::string library, header;
+        std::vector<KernelArg> args;  // in argument order
+        int (*argv)(void **) = nullptr;
+        std::shared_ptr<const NormSpec> spec;  // parsed from `norm`, shared by the layer's kernels
+
+        bool full() const { return variant == "full"; }
+        const KernelArg *find_arg(const std::string &name) const;  // nullptr if not an argument
+        bool runs_here() const;  // every cpu feature is supported by this CPU
+    };
+
+    Registry() = default;
+    Registry(Registry &&) = default;
+    Registry &operator=(Registry &&) = default;
+
+    // Reads the manifest and binds each kernel to its entry in `table`. Throws UserError naming the
+    // path on a missing or unreadable file, bad JSON, a malformed entry, a `norm` text that does not
+    // check or does not match the entry's args, or a function absent from the table.
+    static Registry load(const std::string &manifest_path, const KernelEntry *table, size_t n);
+
+    const std::string &path() const { return path_; }
+    std::vector<const Kernel *> kernels() const;
+    const Kernel *find(const std::string &function) const;  // nullptr if absent
+    std::shared_ptr<const NormSpec> spec(const std::string &layer) const;  // nullptr if absent
+
+    // The best kernel for `layer` with storage type `dtype` that this CPU can run: the widest ISA
+    // whose cpu_features are all supported (avx512, then avx2), restricted to `isa` when given;
+    // the "core" variant unless `need_optional_outputs` (then "full"; a layer without optional
+    // outputs has only "core", which then writes everything). nullptr when none fits.
+    const Kernel *select(const std::string &layer, DType dtype, bool need_optional_outputs,
+                         const std::string &isa = "") const;
+
+private:
+    std::string path_;
+    std::vector<std::unique_ptr<Kernel>> kernels_;
+    std::map<std::string, std::shared_ptr<const NormSpec>> specs_;
+};
+
+// Whether this CPU supports a feature, by its __builtin_cpu_supports name ("avx2", "avx512f",
+// "sse4.1", ...). Unknown names are unsupported.
+bool cpu_supports(const std::string &feature);
+
+// The ISA tag this CPU gets: "avx512" (AVX-512 F/CD/BW/DQ/VL), "avx2" (AVX2, FMA, F16C), or "" if
+// neither. A kernel's own cpu_features decide whether it runs (Kernel::runs_here).
+std::string cpu_isa();
+
+// $NORMGEN_MANIFEST when set and not empty, else `compiled_in`.
+std::string manifest_path_from_env(const std::string &compiled_in);
+
+}  // namespace normgen
+
+// The manifest path compiled into the program: the normgen_kernels target defines
+// NORMGEN_DEFAULT_MANIFEST (the manifest.json of its build tree) for everything that links it.
+#ifdef NORMGEN_DEFAULT_MANIFEST
+#define NORMGEN_COMPILED_MANIFEST_PATH NORMGEN_DEFAULT_MANIFEST
+#else
+#define NORMGEN_COMPILED_MANIFEST_PATH "generated/manifest.json"
+#endif
+
+namespace normgen {
+// Defined here (internal linkage) rather than in registry.cpp so that it sees the definition of the
+// translation unit that calls it, which is where the kernels' target puts NORMGEN_DEFAULT_MANIFEST.
+static inline std::string default_manifest_path() { return manifest_path_from_env(NORMGEN_COMPILED_MANIFEST_PATH); }
+}  // namespace normgen

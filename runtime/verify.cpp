@@ -1,0 +1,219 @@
+#include "runtime/verify.h"
+
+#include "runtime/random_inputs.h"
+#include "runtime/storage.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+
+namespace normgen {
+namespace {
+
+constexpr double kK = 64;
+const double kPerturb = std::ldexp(1.0, -24);
+
+AxisSet reduced_axes(const NormSpec &spec) {
+    AxisSet r;
+    for (const AxisSet &s : spec.reduction_axes_per_stage()) r.insert(r.end(), s.begin(), s.end());
+    std::sort(r.begin(), r.end());
+    r.erase(std::unique(r.begin(), r.end()), r.end());
+    return r;
+}
+
+std::vector<AxisId> memory_order(const NormSpec &spec, const std::vector<AxisId> &dims) {
+    std::vector<AxisId> atoms;
+    for (AxisId d : dims) {
+        if (spec.axes[d].is_split()) atoms.insert(atoms.end(), spec.axes[d].parts.begin(), spec.axes[d].parts.end());
+        else atoms.push_back(d);
+    }
+    return atoms;
+}
+
+}  // namespace
+
+int ulp_allowance(const NormSpec &spec) {
+    bool transcendental = false;
+    std::function<void(const Node &)> walk = [&](const Node &n) {
+        if (n.kind == Node::Unary && (n.unary == UnaryOp::Tanh || n.unary == UnaryOp::Exp || n.unary == UnaryOp::Log ||
+                                      n.unary == UnaryOp::Sigmoid))
+            transcendental = true;
+        if (n.kind == Node::Binary && n.binary == BinaryOp::Pow) transcendental = true;
+        for (const auto &a : n.args) walk(*a);
+    };
+    for (const ValueDef &v : spec.values) walk(*v.expr);
+    return transcendental ? 2 : 1;
+}
+
+std::vector<VerifyShape> verify_shapes(const NormSpec &spec) {
+    const TensorInfo &x = spec.tensors.front();
+    std::vector<AxisId> order = memory_order(spec, x.dims);
+    AxisSet red = reduced_axes(spec);
+    auto is_red = [&](AxisId a) { return std::binary_search(red.begin(), red.end(), a); };
+    auto fixed = [&](AxisId a) { return spec.axes[a].fixed_extent.has_value(); };
+    // The axis whose width sweeps: the innermost reduced axis, else the innermost axis.
+    AxisId inner = order.back();
+    for (auto it = order.rbegin(); it != order.rend(); ++it)
+        if (is_red(*it) && !fixed(*it)) { inner = *it; break; }
+    std::vector<AxisId> other_red, indep;
+    for (AxisId a : order) {
+        if (a == inner || fixed(a)) continue;
+        (is_red(a) ? other_red : indep).push_back(a);
+    }
+    int64_t fixed_product = 1;
+    for (AxisId a : order) if (fixed(a)) fixed_product *= *spec.axes[a].fixed_extent;
+
+    std::vector<VerifyShape> shapes;
+    auto add = [&](int64_t w, int64_t other, int64_t rows, double offset) {
+        VerifyShape s;
+        s.offset = offset;
+        s.sizes[spec.axes[inner].name] = w;
+        for (AxisId a : other_red) s.sizes[spec.axes[a].name] = other;
+        for (size_t i = 0; i < indep.size(); ++i) s.sizes[spec.axes[indep[i]].name] = i == 0 ? rows : (i == 1 ? 2 : 1);
+        for (AxisId a : order) {
+            s.label += (s.label.empty() ? "" : " ") + spec.axes[a].name + "=" +
+                       std::to_string(fixed(a) ? *spec.axes[a].fixed_extent : s.sizes[spec.axes[a].name]);
+        }
+        if (offset != 0) s.label += " (x+1e4)";
+        shapes.push_back(s);
+    };
+    const int64_t budget = 1 << 18;  // elements per case: keeps the float64 reference quick
+    const int64_t other = other_red.empty() ? 1 : 3;
+    int k = 0;
+    for (int64_t w : {1, 3, 17, 100, 1000, 4096, 4097, 65536, 262144}) {
+        int64_t per_row = w * (other_red.empty() ? 1 : (int64_t)std::pow(other, other_red.size())) * fixed_product;
+        int64_t rows = std::clamp<int64_t>(budget / std::max<int64_t>(per_row, 1) / 2, 1, 37);
+        add(w, other, rows, (k++ % 2) ? 1e4 : 0);
+        if (w == 17 || w == 4097) add(w, other, rows, 1e4);  // odd widths with a large mean as well
+    }
+    add(1000, other, 1, 0);                                    // one row
+    add(1000, other, 1, 1e4);
+    add(3, other, std::max<int64_t>(1, 20000 / fixed_product), 0);  // many short rows
+    add(7, 1, 5, 0);                                           // small reduced extents (1x7 spatial)
+    add(64, other_red.empty() ? 1 : 64, 2, 1e4);               // large spatial extents (64x64)
+    add(130, 2, 9, 0);                                         // widths past a vector multiple
+    add(33, 5, 3, 1e4);
+    add(2, 1, 3, 0);                                           // the smallest real reduction
+    add(16, other, 37, 1e4);                                   // exactly one AVX-512 vector
+    add(8193, 1, 2, 0);                                        // a block boundary plus one
+    return shapes;
+}
+
+OutputCheck compare_output(const std::string &name, const HostTensor &got, const HostTensor &ref, double sensitivity,
+                           DType storage, DType accumulate, int ulps) {
+    OutputCheck c;
+    c.name = name;
+    if (got.shape != ref.shape || got.data.size() != ref.data.size()) {
+        c.problem = "shape " + shape_text(got.shape) + ", expected " + shape_text(ref.shape);
+        c.max_err = INFINITY;
+        return c;
+    }
+    const double eps_acc = accumulate == DType::F64 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
+    const double slack = kK * eps_acc * sensitivity;
+    for (size_t i = 0; i < ref.data.size(); ++i) {
+        double r = ref.data[i], k = got.data[i];
+        double ratio, err, bound;
+        if (std::isnan(k) || std::isnan(r)) {
+            if (std::isnan(k) && std::isnan(r)) continue;
+            c.problem = std::isnan(k) ? "NaN (computed, or never written: outputs are poisoned with NaN)" : "reference is NaN, kernel is not";
+            c.worst_index = (int64_t)i;
+            c.max_err = INFINITY;
+            return c;
+        }
+        if (std::isinf(r) || std::isinf(k)) {
+            if (r == k) continue;
+            c.problem = "infinity mismatch";
+            c.worst_index = (int64_t)i;
+            c.max_err = INFINITY;
+            return c;
+        }
+        if (storage == DType::F32 || storage == DType::F64) {
+            err = std::fabs(k - r);
+            bound = 1e-5 * std::fabs(r) + slack;
+        } else {
+            double rr = round_to(r, storage);
+            err = std::fabs(k - rr);
+            bound = ulps * ulp_of(rr, storage) + slack;
+        }
+        ratio = bound > 0 ? err / bound : (err > 0 ? INFINITY : 0);
+        if (ratio > c.max_err || c.worst_index < 0) {
+            c.max_err = ratio;
+            c.worst_abs = err;
+            c.bound_abs = bound;
+            c.worst_index = (int64_t)i;
+        }
+    }
+    c.pass = c.max_err <= 1.0;
+    return c;
+}
+
+std::vector<CaseResult> verify_case(const NormSpec &spec, const StorageMap &storage, const std::vector<KernelFn> &kernels,
+                                    const VerifyShape &shape, uint64_t seed) {
+    AxisExtents ext = choose_extents(spec, shape.sizes, 1);
+    TensorMap in = random_inputs(spec, ext, {shape.offset, seed});
+    for (auto &[name, t] : in) {
+        DType d = storage.at(name);
+        for (double &v : t.data) v = round_to(v, d);
+    }
+    TensorMap ref = evaluate_reference(spec, in);
+
+    // Sensitivity of each output to a relative perturbation of every input by 2^-24.
+    std::map<std::string, double> sens;
+    std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
+    for (int trial = 0; trial < 1; ++trial) {
+        TensorMap p = in;
+        for (auto &[name, t] : p)
+            for (double &v : t.data) v *= 1 + ((rng() & 1) ? kPerturb : -kPerturb);
+        TensorMap rp = evaluate_reference(spec, p);
+        for (const auto &[name, t] : ref) {
+            double m = 0;
+            for (size_t i = 0; i < t.data.size(); ++i) {
+                double d = std::fabs(rp[name].data[i] - t.data[i]);
+                if (std::isfinite(d)) m = std::max(m, d);
+            }
+            sens[name] = std::max(sens[name], m / kPerturb);
+        }
+    }
+
+    const int ulps = ulp_allowance(spec);
+    std::vector<CaseResult> results;
+    for (const KernelFn &kernel : kernels) {
+        CaseResult res;
+        res.shape = shape.label;
+        res.seed = seed;
+        TensorMap got;
+        try {
+            got = kernel(in, {});
+        } catch (const std::exception &e) {
+            OutputCheck c;
+            c.name = "(kernel)";
+            c.problem = std::string("kernel failed: ") + e.what();
+            c.max_err = INFINITY;
+            res.outputs.push_back(c);
+            results.push_back(res);
+            continue;
+        }
+        res.pass = true;
+        for (const OutputInfo &o : spec.outputs) {
+            auto it = got.find(o.name);
+            if (it == got.end()) {
+                if (o.optional) continue;  // a core kernel computes only the required outputs
+                OutputCheck c;
+                c.name = o.name;
+                c.problem = "missing";
+                c.max_err = INFINITY;
+                res.outputs.push_back(c);
+                res.pass = false;
+                continue;
+            }
+            OutputCheck c = compare_output(o.name, it->second, ref.at(o.name), sens[o.name], storage.at(o.name), spec.accumulate, ulps);
+            res.pass = res.pass && c.pass;
+            res.outputs.push_back(c);
+        }
+        results.push_back(res);
+    }
+    return results;
+}
+
+}  // namespace normgen

@@ -1,0 +1,77 @@
+// The verifier: a kernel is correct when, on fresh random inputs over a sweep of awkward shapes,
+// every output element was written (outputs are poisoned before the run), nothing is NaN unless
+// the float64 reference is, and the error against the reference is inside the storage type's bound.
+//
+// Bounds (err = |kernel - reference|, the reference evaluated on the inputs as stored):
+//   f32 output:       err <= 1e-5 * |ref| + K * eps_acc * S
+//   bf16/f16 output:  |kernel - round(ref)| <= u ulps of the storage type at ref (u = 1; 2 when the
+//                     layer uses tanh) + K * eps_acc * S
+// S is the output's measured sensitivity to a relative perturbation of the inputs (the reference
+// re-evaluated on inputs scaled by 1 + 2^-24 * (+-1)): it is what accumulating in eps_acc
+// precision can cost on ill-conditioned inputs (x = 1e4 + N(0,1): a two-pass variance passes, a
+// one-pass variance does not). K = 64.
+#pragma once
+
+#include "dsl/norm_spec.h"
+#include "runtime/reference/interpreter.h"
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace normgen {
+
+// Runs a kernel: float64 inputs (already representable in their storage types) -> float64 outputs.
+using KernelFn = std::function<TensorMap(const TensorMap &inputs, const Overrides &axis_overrides)>;
+
+struct VerifyShape {
+    std::string label;                     // e.g. "rows=3 d=4097"
+    std::map<std::string, int64_t> sizes;  // extent of each atomic axis by name
+    double offset = 0;                     // added to the activations (1e4 stresses cancellation)
+};
+
+// At least 20 shapes derived from the declaration's structure: the innermost reduced axis takes
+// 1, 3, 17, 100, 1000, 4096, 4097, 65536, 262144; one row; many rows; small and large spatial
+// extents where there are several reduced axes. Alternate cases use a 1e4 offset.
+std::vector<VerifyShape> verify_shapes(const NormSpec &spec);
+
+struct OutputCheck {
+    std::string name;
+    double max_err = 0;     // largest err / bound over the tensor (<= 1 passes)
+    double worst_abs = 0;   // the absolute error at that element
+    double bound_abs = 0;   // the bound at that element
+    int64_t worst_index = -1;
+    std::string problem;    // "", "NaN", "unwritten (poison)", "shape"
+    bool pass = false;
+};
+
+struct CaseResult {
+    std::string shape;
+    uint64_t seed = 0;
+    std::vector<OutputCheck> outputs;
+    bool pass = false;
+};
+
+struct VerifyOptions {
+    uint64_t seed = 0;  // 0 = fresh from the system's random device (printed for replay)
+    Overrides axis_overrides;
+};
+
+// Storage type of each input/param/output the kernel uses.
+using StorageMap = std::map<std::string, DType>;
+
+// Checks every kernel in `kernels` (same storage types, e.g. one per target) on one shape: the
+// inputs, the reference and its sensitivity are computed once and shared. One result per kernel.
+std::vector<CaseResult> verify_case(const NormSpec &spec, const StorageMap &storage, const std::vector<KernelFn> &kernels,
+                                    const VerifyShape &shape, uint64_t seed);
+
+// Compares one output against the reference (exposed for tests of the comparison itself).
+// `sensitivity` is S for this output (see above); `ulps` the allowance in storage ulps.
+OutputCheck compare_output(const std::string &name, const HostTensor &got, const HostTensor &ref, double sensitivity,
+                           DType storage, DType accumulate, int ulps);
+
+// 2 when the declaration uses a transcendental function (tanh, exp, log, sigmoid, pow), else 1.
+int ulp_allowance(const NormSpec &spec);
+
+}  // namespace normgen

@@ -1,0 +1,84 @@
+// The shipped objects themselves: every generated kernel in the manifest (each layer x storage type
+// x ISA this CPU runs x variant), called through the registry and run_kernel like a user program
+// would, verified against the float64 reference on a spread of the verifier's shapes.
+#include "runtime/registry.h"
+#include "runtime/run.h"
+#include "runtime/storage.h"
+#include "runtime/verify.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+
+using namespace normgen;
+
+namespace {
+
+const Registry &registry() {
+    static Registry r = Registry::load(NORMGEN_DEFAULT_MANIFEST, kKernelTable, kKernelTableSize);
+    return r;
+}
+
+// Runs an AOT kernel on float64 inputs: encode to the storage types, poison the outputs, call,
+// decode. Axis extents come from the shapes, exactly as a user's call.
+TensorMap run_aot(const Registry::Kernel &k, const TensorMap &in) {
+    const NormSpec &spec = *k.spec;
+    AxisExtents ext = bind_axes(spec, in);
+    std::map<std::string, std::vector<uint8_t>> storage;
+    std::map<std::string, TensorView> views;
+    for (const KernelArg &a : k.args) {
+        TensorView v;
+        v.dtype = a.dtype;
+        if (a.role == KernelArg::Output) {
+            const OutputInfo *o = spec.find_output(a.name);
+            v.shape = physical_shape(spec, o->dims, ext);
+            storage[a.name].assign((size_t)v.numel() * dtype_size(a.dtype), 0xff);  // NaN poison
+        } else {
+            v.shape = in.at(a.name).shape;
+            storage[a.name] = encode(in.at(a.name).data, a.dtype);
+        }
+        v.data = storage[a.name].data();
+        views[a.name] = v;
+    }
+    run_kernel(k, views);
+    TensorMap out;
+    for (const KernelArg &a : k.args)
+        if (a.role == KernelArg::Output) {
+            HostTensor h;
+            h.shape = views[a.name].shape;
+            h.data = decode(storage[a.name].data(), (size_t)views[a.name].numel(), a.dtype);
+            out[a.name] = h;
+        }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("every generated kernel verifies through the registry", "[aot][verify]") {
+    std::random_device rd;
+    uint64_t seed = ((uint64_t)rd() << 32) | rd();
+    INFO("seed " << seed);
+    size_t checked = 0;
+    for (const Registry::Kernel *k : registry().kernels()) {
+        if (!k->runs_here()) continue;
+        SECTION(k->function) {
+            std::vector<VerifyShape> shapes = verify_shapes(*k->spec);
+            StorageMap storage;
+            for (const KernelArg &a : k->args) storage[a.name] = a.dtype;
+            KernelFn fn = [k](const TensorMap &in, const Overrides &) { return run_aot(*k, in); };
+            // Every third shape (the JIT tests cover all of them with the same code generator).
+            for (size_t i = 0; i < shapes.size(); i += 3) {
+                CaseResult c = verify_case(*k->spec, storage, {fn}, shapes[i], seed + i).front();
+                std::string detail;
+                for (const OutputCheck &o : c.outputs)
+                    detail += o.name + ": err/bound " + std::to_string(o.max_err) + " (err " + std::to_string(o.worst_abs) + ", bound " +
+                              std::to_string(o.bound_abs) + ") " + o.problem + "\n";
+                INFO(k->function << " " << shapes[i].label << "\n" << detail);
+                CHECK(c.pass);
+            }
+        }
+        ++checked;
+    }
+    CHECK(checked >= 18 * 3);  // every catalog layer in every storage type, at least one ISA
+}

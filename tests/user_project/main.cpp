@@ -1,0 +1,189 @@
+// A user's program: it links the kernels that normgen_add_kernels generated from this project's .norm
+// files (the my_kernels library), loads the registry from their manifest, selects each layer's
+// kernel for f32 and bf16 (and runs every other kernel this CPU can run), calls it through
+// run_kernel on random inputs, and compares every output with the float64 reference.
+//
+// Bounds (the reference is evaluated on the inputs as stored):
+//   f32 output:  |kernel - ref| <= 1e-5 * |ref| + 1e-6
+//   bf16 output: |kernel - round_bf16(ref)| <= 2 bf16 ulps at ref + 1e-6
+// (the 1e-6 absolute floor covers elements near zero, where f32 accumulation error can exceed the
+// spacing of the storage type). Outputs are poisoned with NaN first, so an unwritten element fails.
+//
+// Prints one line per kernel; exits 1 on any mismatch (or error). The seed is printed;
+// NORMGEN_TEST_SEED=N replays it. NORMGEN_EXAMPLE_CORRUPT=1 perturbs one element of every output
+// after the kernel ran (the check of this check: the program must then fail).
+#include "runtime/errors.h"
+#include "runtime/kernel_table.h"
+#include "runtime/random_inputs.h"
+#include "runtime/reference/interpreter.h"
+#include "runtime/registry.h"
+#include "runtime/run.h"
+#include "runtime/storage.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace normgen;
+
+namespace {
+
+struct Storage {
+    std::vector<uint8_t> bytes;
+    std::vector<int64_t> shape;
+    DType dtype = DType::F32;
+    TensorView view() { return TensorView{bytes.data(), dtype, shape, {}}; }
+    HostTensor host() const { return HostTensor{shape, decode(bytes.data(), bytes.size() / dtype_size(dtype), dtype)}; }
+};
+
+struct Shape {
+    int64_t rows, d;
+};
+
+bool env_flag(const char *name) {
+    const char *v = std::getenv(name);
+    return v && *v && std::string(v) != "0";
+}
+
+// Runs `k` on one shape; returns the number of bad elements and notes the worst error (in units
+// of the bound) in `worst`.
+int run_one(const Registry::Kernel &k, const Shape &shape, uint64_t seed, bool corrupt, double &worst, std::string &first_problem) {
+    const NormSpec &spec = *k.spec;
+    AxisExtents ext = choose_extents(spec, {{"rows", shape.rows}, {"d", shape.d}}, 4);
+    TensorMap inputs = random_inputs(spec, ext, RandomInputOptions{0, seed});
+
+    std::map<std::string, Storage> store;
+    TensorMap stored;  // the inputs as the kernel sees them (rounded to their storage types)
+    for (const KernelArg &a : k.args) {
+        if (a.role == KernelArg::Output) continue;
+        const HostTensor &h = inputs.at(a.name);
+        Storage s{encode(h.data, a.dtype), h.shape, a.dtype};
+        stored[a.name] = s.host();
+        store[a.name] = std::move(s);
+    }
+    TensorMap ref = evaluate_reference(spec, stored);
+    for (const KernelArg &a : k.args) {
+        if (a.role != KernelArg::Output) continue;
+        if (a.optional && !k.full()) continue;  // a core kernel takes no optional output
+        const HostTensor &r = ref.at(a.name);
+        store[a.name] = Storage{std::vector<uint8_t>((size_t)r.numel() * dtype_size(a.dtype), 0xff), r.shape, a.dtype};
+    }
+
+    std::map<std::string, TensorView> views;
+    for (auto &[name, s] : store) views[name] = s.view();
+    run_kernel(k, views);
+
+    int bad = 0;
+    for (const KernelArg &a : k.args) {
+        if (a.role != KernelArg::Output || !store.count(a.name)) continue;
+        Storage &out = store.at(a.name);
+        if (corrupt && !out.bytes.empty()) {
+            double v = decode(out.bytes.data(), 1, a.dtype)[0];
+            std::vector<uint8_t> b = encode({v + 0.125 * std::max(1.0, std::fabs(v))}, a.dtype);
+            std::memcpy(out.bytes.data(), b.data(), b.size());
+        }
+        HostTensor got = out.host();
+        const HostTensor &r = ref.at(a.name);
+        for (size_t i = 0; i < r.data.size(); ++i) {
+            double want = r.data[i], g = got.data[i];
+            double err, bound;
+            if (a.dtype == DType::F32) {
+                err = std::fabs(g - want);
+                bound = 1e-5 * std::fabs(want) + 1e-6;
+            } else {
+                err = std::fabs(g - round_to(want, a.dtype));
+                bound = 2 * ulp_of(want, a.dtype) + 1e-6;
+            }
+            if (!(err <= bound)) {  // NaN (an unwritten element) fails too
+                if (bad == 0 && first_problem.empty()) {
+                    char buf[256];
+                    std::snprintf(buf, sizeof buf, "%s[%zu] = %.9g, reference %.9g (rows=%lld d=%lld)", a.name.c_str(), i, g,
+                                  want, (long long)shape.rows, (long long)shape.d);
+                    first_problem = buf;
+                }
+                ++bad;
+                worst = std::max(worst, std::isnan(err) ? INFINITY : err / bound);
+            } else {
+                worst = std::max(worst, err / bound);
+            }
+        }
+    }
+    return bad;
+}
+
+}  // namespace
+
+int main() {
+    uint64_t seed;
+    if (const char *s = std::getenv("NORMGEN_TEST_SEED")) seed = (uint64_t)std::strtoull(s, nullptr, 10);
+    else seed = ((uint64_t)std::random_device{}() << 32) ^ std::random_device{}();
+    const bool corrupt = env_flag("NORMGEN_EXAMPLE_CORRUPT");
+
+    try {
+        Registry reg = Registry::load(default_manifest_path(), kKernelTable, kKernelTableSize);
+        std::printf("manifest %s: %zu kernels (table: %zu), this CPU: %s, seed %llu%s\n", reg.path().c_str(),
+                    reg.kernels().size(), kKernelTableSize, cpu_isa().c_str(), (unsigned long long)seed,
+                    corrupt ? " (NORMGEN_EXAMPLE_CORRUPT: outputs are perturbed)" : "");
+        int failures = 0;
+        if (reg.kernels().size() != kKernelTableSize) {
+            std::printf("FAIL the manifest lists %zu kernels, the kernel table %zu\n", reg.kernels().size(), kKernelTableSize);
+            ++failures;
+        }
+
+        // What the program would do: select the best kernel for each layer and storage type.
+        std::set<std::string> layers;
+        for (const Registry::Kernel *k : reg.kernels()) layers.insert(k->layer);
+        std::set<const Registry::Kernel *> selected;
+        for (const std::string &layer : layers)
+            for (DType dtype : {DType::F32, DType::BF16})
+                for (bool full : {false, true}) {
+                    const Registry::Kernel *k = reg.select(layer, dtype, full);
+                    if (!k) {
+                        std::printf("FAIL no %s kernel for %s here\n", dtype_name(dtype), layer.c_str());
+                        ++failures;
+                    } else if (k->isa != cpu_isa()) {
+                        std::printf("FAIL select(%s, %s) chose %s, not this CPU's %s kernel\n", layer.c_str(), dtype_name(dtype),
+                                    k->function.c_str(), cpu_isa().c_str());
+                        ++failures;
+                    } else {
+                        selected.insert(k);
+                    }
+                }
+
+        // Every kernel this CPU can run (the selected ones and the narrower ISAs), on a few shapes.
+        const std::vector<Shape> shapes{{1, 1}, {3, 17}, {8, 1000}, {2, 4097}};
+        int ran = 0;
+        for (const Registry::Kernel *k : reg.kernels()) {
+            if (!k->runs_here()) {
+                std::printf("skip %-40s (this CPU lacks a feature it needs)\n", k->function.c_str());
+                continue;
+            }
+            int bad = 0;
+            double worst = 0;
+            std::string problem;
+            for (size_t i = 0; i < shapes.size(); ++i) bad += run_one(*k, shapes[i], seed + 7919 * i, corrupt, worst, problem);
+            ++ran;
+            std::printf("%s %-40s %-8s worst error %.3f of the bound%s%s\n", bad ? "FAIL" : "ok  ", k->function.c_str(),
+                        selected.count(k) ? "selected" : "", worst, bad ? ": " : "", problem.c_str());
+            if (bad) ++failures;
+        }
+        if (ran == 0) {
+            std::printf("FAIL no kernel runs on this CPU\n");
+            ++failures;
+        }
+        std::printf("%s: %d kernels run, %d failed (seed %llu)\n", failures ? "FAILED" : "passed", ran, failures,
+                    (unsigned long long)seed);
+        return failures ? 1 : 0;
+    } catch (const std::exception &e) {
+        std::printf("FAIL %s\n", e.what());
+        return 1;
+    }
+}
