@@ -42,6 +42,9 @@ public:
     // validates the call (check_kernel_call), runs it once and checks the outputs. Never throws:
     // a failure is recorded in error().
     KernelCase(const Registry &reg, const CaseSpec &spec, uint64_t seed);
+    // The same with a given kernel (e.g. a lab variant, bench/lab/); spec.layer and spec.dtype are
+    // taken from it.
+    KernelCase(const Registry::Kernel &kernel, const CaseSpec &spec, uint64_t seed);
 
     const std::string &error() const { return error_; }  // "" when the case is usable
     const Registry::Kernel *kernel() const { return k_; }
@@ -60,12 +63,19 @@ public:
     // measure the dispatch overhead.
     void run_checked() const;
 
+    // Another kernel with the same argument list (names, roles, storage types; e.g. the same layer
+    // under another schedule) on this case's tensors: the outputs are poisoned, `other` runs once
+    // and is checked like the case's own kernel. Returns "" when it passes, else why not.
+    std::string check_other(const Registry::Kernel &other);
+    int run_other(int (*argv_fn)(void **)) const { return argv_fn(const_cast<void **>(argv_.data())); }
+
 private:
-    void setup(const Registry &reg, uint64_t seed);
+    void setup(uint64_t seed);
     OutputCheckSummary check_outputs(uint64_t seed) const;
 
     CaseSpec spec_;
-    const Registry::Kernel *k_ = nullptr;
+    Registry::Kernel kernel_;               // a copy: the case outlives no registry
+    const Registry::Kernel *k_ = nullptr;   // &kernel_ once selected
     std::string error_, check_message_;
     size_t bytes_ = 0;
 

@@ -21,6 +21,7 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <sys/resource.h>
 #include <cstdio>
 #include <memory>
 #include <set>
@@ -121,6 +122,13 @@ const CopyBandwidth &roofline(size_t bytes) {
     return c;
 }
 
+// CPU seconds used by the whole process (all threads), to see contention on a shared machine.
+double process_cpu_seconds() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 void set_counters(benchmark::State &state, size_t bytes, double seconds, const CopyBandwidth &copy) {
     const double iters = (double)state.iterations();
     state.SetBytesProcessed((int64_t)(bytes * iters));
@@ -140,6 +148,7 @@ void BM_kernel(benchmark::State &state, const CaseSpec &spec, bool through_run_k
     const CopyBandwidth &copy = roofline(c.bytes_per_call());
     // Our own clock around the loop (Google Benchmark's real time measures the same span), so the
     // ratio counters are plain numbers rather than rates.
+    const double cpu0 = process_cpu_seconds();
     auto t0 = std::chrono::steady_clock::now();
     for (auto _ : state) {
         if (through_run_kernel) {
@@ -151,6 +160,9 @@ void BM_kernel(benchmark::State &state, const CaseSpec &spec, bool through_run_k
     }
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     set_counters(state, c.bytes_per_call(), seconds, copy);
+    // CPU time of all our threads / (wall time x threads): 1 when every pool thread ran the whole
+    // time; well below 1 when other processes took the cores (or threads sat idle).
+    state.counters["cpu_share"] = (process_cpu_seconds() - cpu0) / (seconds * bench_threads());
     state.SetLabel(c.kernel()->function);
 }
 
@@ -162,9 +174,11 @@ void BM_copy(benchmark::State &state, size_t bytes, CopyKind kind) {
     copy_buffers(bytes / 2, &src, &dst);
     const size_t n = bytes / 2 / sizeof(float);
     parallel_copy(src, dst, n, kind);
+    const double cpu0 = process_cpu_seconds();
     auto t0 = std::chrono::steady_clock::now();
     for (auto _ : state) parallel_copy(src, dst, n, kind);
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.counters["cpu_share"] = (process_cpu_seconds() - cpu0) / (seconds * bench_threads());
     state.SetBytesProcessed((int64_t)(bytes * (double)state.iterations()));
     state.counters["GBps"] = bytes * (double)state.iterations() / seconds / 1e9;
 }

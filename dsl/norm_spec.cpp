@@ -153,6 +153,15 @@ std::string NormSpec::axes_text(const std::vector<AxisId> &ids) const {
     return s + "]";
 }
 
+std::vector<AxisId> NormSpec::memory_atoms(const std::vector<AxisId> &dims) const {
+    std::vector<AxisId> atoms;
+    for (AxisId d : dims) {
+        if (axes[d].is_split()) atoms.insert(atoms.end(), axes[d].parts.begin(), axes[d].parts.end());
+        else atoms.push_back(d);
+    }
+    return atoms;
+}
+
 std::vector<DType> NormSpec::storage_of(const std::string &tensor) const {
     for (const StorageGroup &g : storage)
         if (std::find(g.tensors.begin(), g.tensors.end(), tensor) != g.tensors.end()) return g.allowed;

@@ -153,6 +153,9 @@ struct NormSpec {
     std::vector<AffineTerm> affine_terms() const;
     bool has_var_reduction() const;
     std::string axes_text(const std::vector<AxisId> &ids) const;  // "[rows, d]"
+    // The atomic axes of a declared shape in memory order (split views expanded, major part first):
+    // a tensor declared [n, c: (g, cg), h, w] is laid out exactly like one declared [n, g, cg, h, w].
+    std::vector<AxisId> memory_atoms(const std::vector<AxisId> &dims) const;
     // The storage types a tensor (input, param or output) may take; {F32} when not declared.
     std::vector<DType> storage_of(const std::string &tensor) const;
 };

@@ -155,16 +155,6 @@ private:
     std::string where_;
 };
 
-// The atomic axes of a declared shape in memory order (split views expanded, major part first).
-std::vector<AxisId> memory_atoms(const NormSpec &spec, const std::vector<AxisId> &dims) {
-    std::vector<AxisId> atoms;
-    for (AxisId d : dims) {
-        if (spec.axes[d].is_split()) atoms.insert(atoms.end(), spec.axes[d].parts.begin(), spec.axes[d].parts.end());
-        else atoms.push_back(d);
-    }
-    return atoms;
-}
-
 // Checks the entry's args against the declaration: names, roles and order (the kernel ABI of
 // codegen/halide/lower.h), declared dims, buffer dims, optional and updates flags, storage types.
 void check_args(const EntryReader &r, const NormSpec &spec, Registry::Kernel &k) {
@@ -195,7 +185,7 @@ void check_args(const EntryReader &r, const NormSpec &spec, Registry::Kernel &k)
         std::vector<std::string> dims;
         for (AxisId d : *x.dims) dims.push_back(spec.axes[d].name);
         if (a.dims != dims) r.fail(ctx + "dims " + join(a.dims) + ", but it is declared " + join(dims));
-        std::vector<AxisId> atoms = memory_atoms(spec, *x.dims);
+        std::vector<AxisId> atoms = spec.memory_atoms(*x.dims);
         std::vector<std::string> bdims;
         for (auto it = atoms.rbegin(); it != atoms.rend(); ++it) bdims.push_back(spec.axes[*it].name);
         if (a.buffer_dims != bdims)

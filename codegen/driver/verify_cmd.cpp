@@ -6,6 +6,7 @@
 #include "runtime/errors.h"
 #include "runtime/verify.h"
 
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <unistd.h>
@@ -63,14 +64,31 @@ int cmd_verify(const std::vector<std::string> &args) {
             // Compile one kernel per target; every shape's inputs and reference serve them all.
             std::vector<std::unique_ptr<hl::JitKernel>> kernels;
             std::vector<KernelFn> fns;
+            std::vector<std::string> kernel_targets;
             for (const std::string &target_name : v.targets) {
                 std::fprintf(stderr, "verify %s %s %s: compiling%s", spec.name.c_str(), dtype_name(dtype), target_name.c_str(),
                              tty ? "...\r" : "\n");
                 std::fflush(stderr);
-                kernels.push_back(std::make_unique<hl::JitKernel>(spec, dtype, hl::parse_target(target_name), hl::CpuSchedule{}, true));
+                try {
+                    kernels.push_back(std::make_unique<hl::JitKernel>(spec, dtype, hl::parse_target(target_name), hl::CpuSchedule{}, true));
+                } catch (const std::exception &e) {
+                    // A kernel that does not compile is a failed row, not the end of the run.
+                    Row r;
+                    r.layer = spec.name;
+                    r.dtype = dtype_name(dtype);
+                    r.target = target_name;
+                    r.shape = "(all)";
+                    r.problem = std::string("does not compile: ") + e.what();
+                    r.ratio = INFINITY;
+                    rows.push_back(r);
+                    std::fprintf(stderr, "verify %s %s %s: %s\n", spec.name.c_str(), dtype_name(dtype), target_name.c_str(), r.problem.c_str());
+                    continue;
+                }
+                kernel_targets.push_back(target_name);
                 const hl::JitKernel *k = kernels.back().get();
                 fns.push_back([k](const TensorMap &in, const Overrides &ov) { return k->run(in, ov); });
             }
+            if (kernels.empty()) continue;
             StorageMap storage(kernels[0]->types().storage.begin(), kernels[0]->types().storage.end());
             int n = 0;
             for (const VerifyShape &s : shapes) {
@@ -86,7 +104,7 @@ int cmd_verify(const std::vector<std::string> &args) {
                     Row r;
                     r.layer = spec.name;
                     r.dtype = dtype_name(dtype);
-                    r.target = v.targets[t];
+                    r.target = kernel_targets[t];
                     r.shape = s.label;
                     r.pass = c.pass;
                     r.seed = seed;

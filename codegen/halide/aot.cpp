@@ -42,7 +42,7 @@ json arg_entry(const NormSpec &spec, const std::string &name, const char *role, 
     a["dtype"] = dtype_name(dtype);
     json d = json::array(), b = json::array();
     for (AxisId x : dims) d.push_back(spec.axes[x].name);
-    std::vector<AxisId> atoms = memory_atoms(spec, dims);
+    std::vector<AxisId> atoms = spec.memory_atoms(dims);
     for (auto it = atoms.rbegin(); it != atoms.rend(); ++it) b.push_back(spec.axes[*it].name);
     a["dims"] = d;
     a["buffer_dims"] = b;

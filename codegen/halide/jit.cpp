@@ -58,7 +58,7 @@ const std::string &JitKernel::schedule_description() const { return impl_->sched
 namespace {
 
 Buffer<> make_buffer(const NormSpec &spec, const std::vector<AxisId> &dims, const AxisExtents &ext, DType t) {
-    std::vector<AxisId> atoms = memory_atoms(spec, dims);
+    std::vector<AxisId> atoms = spec.memory_atoms(dims);
     std::vector<int> sizes;
     for (auto it = atoms.rbegin(); it != atoms.rend(); ++it) sizes.push_back((int)ext.extent[*it]);
     return Buffer<>(halide_type(t), sizes);

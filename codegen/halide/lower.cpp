@@ -29,7 +29,7 @@ public:
             if (o.optional && !with_optional) continue;
             Func f(o.name);
             std::vector<Var> args;
-            std::vector<AxisId> atoms = memory_atoms(spec_, o.dims);
+            std::vector<AxisId> atoms = spec_.memory_atoms(o.dims);
             for (auto it = atoms.rbegin(); it != atoms.rend(); ++it) args.push_back(p_.vars[*it]);
             f(args) = cast(halide_type(types_.storage.at(o.name)), call_value(o.value, identity_env()));
             p_.outputs.push_back(f);
@@ -50,7 +50,7 @@ private:
         p_.extent.resize(spec_.axes.size());
         for (size_t a = 0; a < spec_.axes.size(); ++a) p_.vars[a] = Var(spec_.axes[a].name);
         for (const TensorInfo &t : spec_.tensors) {
-            std::vector<AxisId> atoms = memory_atoms(spec_, t.dims);
+            std::vector<AxisId> atoms = spec_.memory_atoms(t.dims);
             ImageParam in(halide_type(types_.storage.at(t.name)), (int)atoms.size(), t.name);
             int rank = (int)atoms.size();
             for (int k = 0; k < rank; ++k) {
@@ -101,7 +101,7 @@ private:
         case Node::Const: return cast(p_.acc, Expr(spec_.find_const(n.name)->value));
         case Node::Tensor: {
             const TensorInfo &t = spec_.tensors[n.index];
-            std::vector<AxisId> atoms = memory_atoms(spec_, t.dims);
+            std::vector<AxisId> atoms = spec_.memory_atoms(t.dims);
             std::vector<Expr> coords;
             for (auto it = atoms.rbegin(); it != atoms.rend(); ++it) coords.push_back(env.at(*it));
             return cast(p_.acc, p_.inputs[n.index](coords));
@@ -218,13 +218,22 @@ private:
         }
         case ReduceOp::Max:
         case ReduceOp::Min: {
+            // A plain max/min update, which Halide can prove associative (so it vectorizes), plus a
+            // sum that is NaN exactly when some element is NaN: the result propagates NaN as the
+            // reference does (x86 max/min would silently drop it).
             bool is_max = n.reduce == ReduceOp::Max;
             auto [r, axes] = rdom_for(n.over, "r_" + base);
+            Func mm(base + "_extreme");
+            mm(pv) = is_max ? p_.acc.min() : p_.acc.max();
+            Expr x = operand(bind(n, r, axes));
+            mm(pv) = is_max ? max(mm(pv), x) : min(mm(pv), x);
+            rf.updates.push_back({mm, r, axes, true});
+            Func nan = sum_of(n, base + "_nan", [&](const Env &env) {
+                Expr v = operand(env);
+                return select(is_nan(v), v, cast(p_.acc, 0));
+            }, rf);
             result = Func(base);
-            result(pv) = is_max ? p_.acc.min() : p_.acc.max();
-            Expr x = operand(bind(n, r, axes)), cur = result(pv);
-            result(pv) = select(is_nan(x) || is_nan(cur), x + cur, is_max ? max(cur, x) : min(cur, x));
-            rf.updates.push_back({result, r, axes, true});
+            result(pv) = mm(pv) + nan(pv);
             break;
         }
         case ReduceOp::Var: result = variance(n, base, pv, operand, rf); break;
@@ -370,15 +379,6 @@ KernelTypes kernel_types(const NormSpec &spec, DType want) {
         for (const std::string &n : g.tensors) k.storage[n] = d;
     }
     return k;
-}
-
-std::vector<AxisId> memory_atoms(const NormSpec &spec, const std::vector<AxisId> &dims) {
-    std::vector<AxisId> atoms;
-    for (AxisId d : dims) {
-        if (spec.axes[d].is_split()) atoms.insert(atoms.end(), spec.axes[d].parts.begin(), spec.axes[d].parts.end());
-        else atoms.push_back(d);
-    }
-    return atoms;
 }
 
 std::vector<Argument> LoweredPipeline::arguments() const {

@@ -31,9 +31,6 @@ KernelTypes kernel_types(const NormSpec &spec, DType want);
 
 Halide::Type halide_type(DType t);
 
-// The atomic axes of a declared shape in memory order (split views expanded, major part first).
-std::vector<AxisId> memory_atoms(const NormSpec &spec, const std::vector<AxisId> &dims);
-
 // One reduction as lowered: the Func holding its result, and the Funcs whose update definitions
 // iterate an RDom (the schedule vectorizes and places these).
 struct ReductionFuncs {

@@ -13,7 +13,7 @@ namespace {
 
 // The memory order (outermost first) of the atomic axes of the kernel's main output.
 std::vector<AxisId> main_order(const NormSpec &spec, const LoweredPipeline &p, size_t main) {
-    return memory_atoms(spec, spec.outputs[p.output_index[main]].dims);
+    return spec.memory_atoms(spec.outputs[p.output_index[main]].dims);
 }
 
 bool depends_on_reduction(const Node &n, const NormSpec &spec) {

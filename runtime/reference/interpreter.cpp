@@ -138,23 +138,13 @@ private:
     std::vector<FieldPtr> tensors_;
     std::vector<FieldPtr> values_;
 
-    // Strides of a tensor stored in its declared (memory) order, along the atomic axes in that order.
-    std::vector<AxisId> memory_atoms(const std::vector<AxisId> &dims) const {
-        std::vector<AxisId> atoms;
-        for (AxisId d : dims) {
-            if (spec_.axes[d].is_split()) atoms.insert(atoms.end(), spec_.axes[d].parts.begin(), spec_.axes[d].parts.end());
-            else atoms.push_back(d);
-        }
-        return atoms;
-    }
-
     Field to_field(const TensorInfo &t, const HostTensor &h) const {
         Field f;
         f.axes = t.axes;
         f.ext = extents_of(f.axes, ext_);
         f.data.resize((size_t)product(f.ext));
         // Memory strides of h, re-expressed along the canonical axes.
-        std::vector<AxisId> atoms = memory_atoms(t.dims);
+        std::vector<AxisId> atoms = spec_.memory_atoms(t.dims);
         std::vector<int64_t> src(f.axes.size());
         int64_t s = 1;
         for (size_t i = atoms.size(); i-- > 0;) {
@@ -175,7 +165,7 @@ private:
         HostTensor h;
         h.shape = physical_shape(spec_, dims, ext_);
         h.data.resize((size_t)product(f.ext));
-        std::vector<AxisId> atoms = memory_atoms(dims);
+        std::vector<AxisId> atoms = spec_.memory_atoms(dims);
         std::vector<int64_t> dst(f.axes.size());
         int64_t s = 1;
         for (size_t i = atoms.size(); i-- > 0;) {
