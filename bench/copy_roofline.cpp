@@ -160,27 +160,31 @@ const CopyBandwidth &copy_bandwidth(size_t bytes) {
     // Repeat count per sample: enough back-to-back copies for ~2 ms.
     auto t0 = std::chrono::steady_clock::now();
     parallel_copy(src, dst, n, CopyKind::Plain);  // warm-up (caches, pool threads awake)
-    parallel_copy(src, dst, n, CopyKind::NonTemporal);
-    double one = std::max(1e-7, seconds_since(t0) / 2);
+    double one = std::max(1e-7, seconds_since(t0));
     int reps = std::max(1, (int)(2e-3 / one));
 
+    // Blocks of one flavour at a time, as a kernel runs back to back: a non-temporal store to a
+    // line that a plain copy just left dirty in cache costs more than one to a line that is not
+    // cached, so interleaving the flavours sample by sample would understate both. Two blocks per
+    // flavour (plain, nt, plain, nt) spread them over the machine's drifting load; the first
+    // sample of each block only warms up.
     std::vector<double> plain, nt;
-    double spent = 0;
-    auto sample = [&](CopyKind k) {
-        auto s0 = std::chrono::steady_clock::now();
-        for (int r = 0; r < reps; ++r) parallel_copy(src, dst, n, k);
-        double t = seconds_since(s0);
-        spent += t;
-        (k == CopyKind::Plain ? plain : nt).push_back((double)bytes * reps / t);
-    };
-    while (plain.size() < 7 || spent < 0.3) {
-        sample(CopyKind::Plain);
-        sample(CopyKind::NonTemporal);
-        if (plain.size() >= 101) break;
-    }
+    const double block_seconds = std::max(0.08, 4 * one * reps);
+    for (int round = 0; round < 2; ++round)
+        for (CopyKind k : {CopyKind::Plain, CopyKind::NonTemporal}) {
+            std::vector<double> &out = k == CopyKind::Plain ? plain : nt;
+            double spent = 0;
+            for (int i = 0; i == 0 || ((i < 5 || spent < block_seconds) && i < 60); ++i) {
+                auto s0 = std::chrono::steady_clock::now();
+                for (int r = 0; r < reps; ++r) parallel_copy(src, dst, n, k);
+                double t = seconds_since(s0);
+                spent += t;
+                if (i > 0) out.push_back((double)bytes * reps / t);
+            }
+        }
     CopyBandwidth c;
     c.bytes = bytes;
-    c.samples = (int)plain.size();
+    c.samples = (int)std::min(plain.size(), nt.size());
     c.plain_bps = median(plain);
     c.nt_bps = median(nt);
     c.plain_min_bps = *std::min_element(plain.begin(), plain.end());

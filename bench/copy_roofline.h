@@ -31,15 +31,15 @@ struct CopyBandwidth {
     double plain_bps = 0;    // median bytes/s over the samples, ordinary stores
     double nt_bps = 0;       // median bytes/s, non-temporal stores
     double plain_min_bps = 0, plain_max_bps = 0, nt_min_bps = 0, nt_max_bps = 0;
-    int samples = 0;         // per flavour
+    int samples = 0;         // per flavour (the fewer of the two)
     double best_bps() const { return plain_bps > nt_bps ? plain_bps : nt_bps; }
     const char *best_kind() const { return plain_bps > nt_bps ? "plain" : "nt"; }
 };
 
 // The copy bandwidth at `bytes` (rounded down to a multiple of 128), measured on first request and
-// cached for the rest of the run: interleaved plain / nt samples (each sample at least ~2 ms of
-// back-to-back copies, at least 7 samples and ~0.15 s per flavour), median per flavour. Buffers come
-// from a pool grown to the largest size asked for and first-touched when allocated.
+// cached for the rest of the run: per flavour two blocks of back-to-back samples (each sample ~2 ms
+// of copies or one copy, whichever is longer; the first of a block discarded), median per flavour.
+// Buffers come from a pool grown to the largest size asked for and first-touched when allocated.
 const CopyBandwidth &copy_bandwidth(size_t bytes);
 
 // The pool's buffers for the Google Benchmark copy rows: src and dst of at least `bytes_each`.

@@ -1,0 +1,259 @@
+// A COPY of codegen/halide/schedule.cpp (read-only for the benchmarks), with knobs the production
+// schedule does not have, so bench/ can measure schedule changes without touching codegen/.
+// Differences from the original are marked "LAB:".
+#include "bench/lab/lab_schedule.h"
+
+#include <algorithm>
+#include <functional>
+#include <set>
+#include <sstream>
+
+namespace normgen::bench::lab {
+
+using namespace normgen::hl;
+
+using namespace Halide;
+
+namespace {
+
+// The memory order (outermost first) of the atomic axes of the kernel's main output.
+std::vector<AxisId> main_order(const NormSpec &spec, const LoweredPipeline &p, size_t main) {
+    return spec.memory_atoms(spec.outputs[p.output_index[main]].dims);
+}
+
+bool depends_on_reduction(const Node &n, const NormSpec &spec) {
+    if (n.kind == Node::Reduce) return true;
+    if (n.kind == Node::Value) return depends_on_reduction(*spec.values[n.index].expr, spec);
+    for (const auto &a : n.args)
+        if (depends_on_reduction(*a, spec)) return true;
+    return false;
+}
+
+// Is value `v` read (directly) by the operand of some reduction?
+bool read_by_reduction(const NormSpec &spec, int v) {
+    std::function<bool(const Node &, bool)> walk = [&](const Node &n, bool in_reduction) {
+        if (n.kind == Node::Value && n.index == v && in_reduction) return true;
+        for (const auto &a : n.args)
+            if (walk(*a, in_reduction || n.kind == Node::Reduce)) return true;
+        return false;
+    };
+    for (const ValueDef &d : spec.values)
+        if (walk(*d.expr, false)) return true;
+    return false;
+}
+
+// All Funcs that make up one reduction (result, helpers, the Funcs with RDom updates).
+std::vector<Func> funcs_of(const ReductionFuncs &rf) {
+    std::vector<Func> fs{rf.result};
+    auto add = [&](const Func &f) {
+        for (const Func &g : fs)
+            if (g.name() == f.name()) return;
+        fs.push_back(f);
+    };
+    for (const Func &h : rf.helpers) add(h);
+    for (const auto &u : rf.updates) add(u.func);
+    return fs;
+}
+
+// Welford's lane accumulators: their first (pure) dimension is the vector lane, not a data axis.
+bool is_lane_func(const ReductionFuncs &rf, const Func &f) {
+    return std::find(rf.lane_funcs.begin(), rf.lane_funcs.end(), f.name()) != rf.lane_funcs.end();
+}
+
+// Summation blocks: each vector lane adds at most this many vectors before its partial sum moves
+// to the next level, so f32 rounding error grows like sqrt(kBlock) + sqrt(n / kBlock / lanes)
+// instead of sqrt(n / lanes). (Measured with one level: BatchNorm over 3 x 3 x 262144 f32 had its
+// rstd off by 1.4e-5 relative, past the verifier's 1e-5.)
+constexpr int kBlock = 64;
+
+// Vectorizes one reduction update along the contiguous axis `inner`.
+//   - `inner` is the RDom's innermost dimension: split it into vectors and blocks of vectors and
+//     rfactor: intm(lanes, block, outer reduced coords) sums one block per lane; a second rfactor
+//     sums the blocks per lane, vectorized; the last step adds the lanes.
+//   - `inner` is a pure axis of the reduction: make it the innermost loop and vectorize it.
+// Intermediates are computed at `at`.
+void vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const LoweredPipeline &p, AxisId inner, int vw,
+                      const LoopLevel &at) {
+    Func f = u.func;
+    if (!u.associative) {
+        // Welford's blocked lanes: vectorize the lane dimension of every lane Func.
+        for (Func h : rf.helpers)
+            if (is_lane_func(rf, h)) {
+                Var lane = h.args()[0];
+                h.vectorize(lane, std::min(vw, 16));
+                h.update().vectorize(lane, std::min(vw, 16));
+            }
+        return;
+    }
+    if (!u.rdom_axes.empty() && u.rdom_axes[0] == inner) {
+        RVar ro("ro"), ri("ri"), rob("rob"), rib("rib");
+        Var lanes("lanes"), block("block");
+        f.update().split(u.rdom[0], ro, ri, vw, TailStrategy::GuardWithIf).split(ro, rob, rib, kBlock, TailStrategy::GuardWithIf);
+        std::vector<std::pair<RVar, Var>> keep{{ri, lanes}, {rob, block}};
+        for (int k = 1; k < u.rdom.dimensions(); ++k) keep.push_back({RVar(u.rdom[k].name()), Var("k" + std::to_string(k))});
+        auto vectorized = [&](Func t, const Var &l) {
+            t.compute_at(at);
+            t.vectorize(l);
+            t.update().vectorize(l);
+        };
+        vectorized(f.update().rfactor(keep), lanes);
+        // Then one level per remaining dimension (blocks, then each outer reduced axis), vectorized
+        // over the lanes, so no serial chain of partial sums is long; the last step adds the lanes.
+        std::vector<RVar> rest{rob};
+        for (size_t k = 2; k < keep.size(); ++k) rest.push_back(keep[k].first);
+        for (size_t level = 0; level < rest.size(); ++level) {
+            Var l("lanes" + std::to_string(level + 2));
+            std::vector<std::pair<RVar, Var>> pres{{ri, l}};
+            for (size_t k = level + 1; k < rest.size(); ++k) pres.push_back({rest[k], Var("m" + std::to_string(k))});
+            vectorized(f.update().rfactor(pres), l);
+        }
+        return;
+    }
+    for (const Var &v : f.args())
+        if (v.name() == p.vars[inner].name()) {
+            std::vector<VarOrRVar> order{v};
+            for (int k = 0; k < u.rdom.dimensions(); ++k) order.push_back(u.rdom[k]);
+            f.update().reorder(order);
+            f.update().vectorize(v, vw, TailStrategy::GuardWithIf);
+            return;
+        }
+}
+
+}  // namespace
+
+std::string lab_schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const Target &target, const LabSchedule &lab) {
+    const CpuSchedule &s = lab.base;
+    const int vw = s.vector_width > 0 ? s.vector_width : std::max(4, target.natural_vector_size(Float(32)));
+    std::ostringstream desc;
+
+    // The main output: the one with the most axes (y).
+    size_t main = 0;
+    for (size_t i = 0; i < p.outputs.size(); ++i)
+        if (p.outputs[i].dimensions() > p.outputs[main].dimensions()) main = i;
+    std::vector<AxisId> order = main_order(spec, p, main);
+    AxisId inner = order.back();
+
+    // Which reductions sit on a trailing block of the main output's memory order?
+    AxisSet reduced;
+    for (const ReductionFuncs &r : p.reductions) reduced.insert(reduced.end(), r.node->over.begin(), r.node->over.end());
+    std::sort(reduced.begin(), reduced.end());
+    reduced.erase(std::unique(reduced.begin(), reduced.end()), reduced.end());
+    size_t first_reduced = order.size();
+    for (size_t i = 0; i < order.size(); ++i)
+        if (std::binary_search(reduced.begin(), reduced.end(), order[i])) { first_reduced = i; break; }
+    bool trailing = !reduced.empty();
+    for (size_t i = first_reduced; i < order.size() && trailing; ++i)
+        trailing = std::binary_search(reduced.begin(), reduced.end(), order[i]);
+    for (AxisId a : reduced) trailing = trailing && std::find(order.begin(), order.end(), a) != order.end();
+    for (const ReductionFuncs &r : p.reductions)  // the statistics must be per row of the main output
+        for (AxisId a : r.node->axes)
+            trailing = trailing && std::find(order.begin(), order.begin() + first_reduced, a) != order.begin() + first_reduced;
+    // Other outputs that need the statistics but are not shaped like the main output would have to
+    // recompute them: use the root schedule then.
+    bool others_need_stats = false;
+    for (size_t i = 0; i < p.outputs.size(); ++i) {
+        if (i == main) continue;
+        const OutputInfo &o = spec.outputs[p.output_index[i]];
+        bool same_shape = o.dims == spec.outputs[p.output_index[main]].dims;
+        if (!same_shape && depends_on_reduction(*spec.values[o.value].expr, spec)) others_need_stats = true;
+    }
+    bool row = trailing && !others_need_stats && s.row_in_cache && first_reduced > 0;
+
+    Func y = p.outputs[main];
+    Var vi = p.vars[inner];
+    std::vector<Func> same_shape;  // outputs that share y's loop nest
+    for (size_t i = 0; i < p.outputs.size(); ++i)
+        if (i != main && spec.outputs[p.output_index[i]].dims == spec.outputs[p.output_index[main]].dims) same_shape.push_back(p.outputs[i]);
+
+    if (p.reductions.empty() || row) {
+        // Rows = the axes outside the reduced block (all but the innermost for a pure map).
+        size_t nrow = p.reductions.empty() ? order.size() - 1 : first_reduced;
+        Expr row_elems = 1;
+        for (size_t i = nrow; i < order.size(); ++i) row_elems = row_elems * p.extent[order[i]];
+        Var r("row"), ro("row_task"), ri("row_in");
+        auto shape_loops = [&](Func f) {
+            if (nrow == 0) return;
+            std::vector<VarOrRVar> outer;
+            for (size_t i = nrow; i-- > 0;) outer.push_back(p.vars[order[i]]);  // innermost first
+            Var fused = p.vars[order[0]];
+            if (outer.size() > 1) {
+                // fuse(inner, outer, fused): fold the row axes, innermost first.
+                Var acc = p.vars[order[nrow - 1]];
+                for (size_t i = nrow - 1; i-- > 0;) {
+                    Var next(acc.name() + "_" + p.vars[order[i]].name());
+                    f.fuse(acc, p.vars[order[i]], next);
+                    acc = next;
+                }
+                fused = acc;
+            }
+            f.rename(fused, r);
+            Expr task = max(1, s.min_task_elements / max(row_elems, 1));
+            f.split(r, ro, ri, task, TailStrategy::GuardWithIf).parallel(ro);
+        };
+        shape_loops(y);
+        y.vectorize(vi, vw, TailStrategy::GuardWithIf);
+        for (Func f : same_shape) {
+            shape_loops(f);
+            f.vectorize(vi, vw, TailStrategy::GuardWithIf);
+            if (nrow > 0) f.compute_with(y, ri);
+        }
+        for (ReductionFuncs &rf : p.reductions) {
+            // Every Func of the reduction at the same level: per row, inside the row loop.
+            for (Func f : funcs_of(rf)) {
+                if (nrow > 0) f.compute_at(y, ri);
+                else f.compute_root();
+            }
+            // LAB: reduce_lanes > vw gives each reduction reduce_lanes / vw independent vector
+            // accumulators (one add chain per vector instead of one for the whole row).
+            for (auto &u : rf.updates) vectorize_update(rf, u, p, inner, lab.reduce_lanes ? lab.reduce_lanes : vw, LoopLevel(u.func, Var::outermost()));
+        }
+        // A full-size value that both a reduction and the map read (DeepNorm's h = alpha * x + f,
+        // the fused residual sum) is computed once per row and kept in cache: cheaper than computing
+        // it twice, and the statistics then describe exactly the values that are normalized (two
+        // inlined copies may round differently once LLVM contracts one of them into an FMA).
+        if (nrow > 0) {
+            AxisSet main_axes = spec.outputs[p.output_index[main]].axes;
+            for (size_t i = 0; i < spec.values.size(); ++i)
+                if (spec.values[i].expr->kind != Node::Reduce && spec.values[i].expr->axes == main_axes && read_by_reduction(spec, (int)i))
+                    p.values[i].compute_at(y, ri).vectorize(vi, vw, TailStrategy::GuardWithIf);
+        }
+        desc << (p.reductions.empty() ? "map" : "row") << " schedule: " << (nrow ? "rows parallel (>= " : "") ;
+        if (nrow) desc << s.min_task_elements << " elements a task), ";
+        desc << "statistics per row in cache, vectorize " << spec.axes[inner].name << " x" << vw;
+        if (lab.reduce_lanes) desc << ", LAB: " << lab.reduce_lanes << " accumulator lanes per reduction";
+    } else {
+        // Root schedule: statistics first, parallel over their outermost independent axis.
+        for (ReductionFuncs &rf : p.reductions) {
+            for (Func f : funcs_of(rf)) {
+                f.compute_root();
+                if (f.dimensions() > 0 && !is_lane_func(rf, f)) {
+                    Var outer = f.args().back();
+                    f.parallel(outer);
+                    if (f.has_update_definition()) f.update().parallel(outer);
+                }
+            }
+            for (auto &u : rf.updates) {
+                bool has_pure = u.associative && u.func.dimensions() > 0;
+                vectorize_update(rf, u, p, inner, vw, has_pure ? LoopLevel(u.func, u.func.args().back()) : LoopLevel(u.func, Var::outermost()));
+            }
+        }
+        Var outer = p.vars[order[0]];
+        y.parallel(outer).vectorize(vi, vw, TailStrategy::GuardWithIf);
+        for (Func f : same_shape) {
+            f.parallel(outer).vectorize(vi, vw, TailStrategy::GuardWithIf);
+            f.compute_with(y, outer);
+        }
+        desc << "root schedule: statistics first (parallel over their outer axis), then the map parallel over "
+             << spec.axes[order[0]].name << ", vectorize " << spec.axes[inner].name << " x" << vw;
+    }
+    // Small outputs (saved statistics, running statistics): computed on their own.
+    for (size_t i = 0; i < p.outputs.size(); ++i) {
+        if (i == main || std::find_if(same_shape.begin(), same_shape.end(), [&](const Func &f) { return f.name() == p.outputs[i].name(); }) != same_shape.end())
+            continue;
+        Func f = p.outputs[i];
+        if (f.dimensions() > 0) f.vectorize(f.args()[0], vw, TailStrategy::GuardWithIf);
+    }
+    return desc.str();
+}
+
+}  // namespace normgen::bench::lab
