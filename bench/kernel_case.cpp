@@ -23,15 +23,6 @@ std::string CaseSpec::name() const { return layer + "/" + dtype_name(dtype) + "/
 
 namespace {
 
-halide_type_t halide_type_of(DType t) {
-    switch (t) {
-    case DType::F32: return halide_type_t(halide_type_float, 32, 1);
-    case DType::F16: return halide_type_t(halide_type_float, 16, 1);
-    case DType::BF16: return halide_type_t(halide_type_bfloat, 16, 1);
-    case DType::F64: return halide_type_t(halide_type_float, 64, 1);
-    }
-    return halide_type_t(halide_type_float, 32, 1);
-}
 
 uint64_t splitmix64(uint64_t &s) {
     uint64_t z = (s += 0x9e3779b97f4a7c15ull);

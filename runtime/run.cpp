@@ -185,6 +185,8 @@ Prepared prepare(const Registry::Kernel &k, const std::map<std::string, TensorVi
     return p;
 }
 
+}  // namespace
+
 halide_type_t halide_type_of(DType t) {
     switch (t) {
     case DType::F32: return halide_type_t(halide_type_float, 32, 1);
@@ -194,8 +196,6 @@ halide_type_t halide_type_of(DType t) {
     }
     throw std::logic_error("halide_type_of: unknown dtype");
 }
-
-}  // namespace
 
 void check_kernel_call(const Registry::Kernel &k, const std::map<std::string, TensorView> &tensors) {
     if (!k.spec) throw std::logic_error("check_kernel_call: kernel '" + k.function + "' has no declaration");

@@ -4,6 +4,8 @@
 #include "runtime/registry.h"
 #include "runtime/tensor.h"
 
+#include <HalideRuntime.h>
+
 #include <map>
 #include <string>
 
@@ -23,6 +25,9 @@ namespace normgen {
 //
 // Then it calls the kernel; a Halide runtime error becomes a std::runtime_error with Halide's message.
 void run_kernel(const Registry::Kernel &k, const std::map<std::string, TensorView> &tensors);
+
+// The halide_type_t of a storage type (f32, f16, bf16, f64).
+halide_type_t halide_type_of(DType t);
 
 // The checks alone (everything run_kernel refuses), without calling the kernel.
 void check_kernel_call(const Registry::Kernel &k, const std::map<std::string, TensorView> &tensors);
