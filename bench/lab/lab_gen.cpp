@@ -28,28 +28,6 @@
 using namespace normgen;
 using nlohmann::json;
 
-namespace {
-
-// One manifest arg, as codegen/halide/aot.cpp writes it.
-json arg_entry(const NormSpec &spec, const std::string &name, const char *role, DType dtype, const std::vector<AxisId> &dims,
-               bool optional, const std::string &updates) {
-    json a;
-    a["name"] = name;
-    a["role"] = role;
-    a["dtype"] = dtype_name(dtype);
-    json d = json::array(), b = json::array();
-    for (AxisId x : dims) d.push_back(spec.axes[x].name);
-    std::vector<AxisId> atoms = spec.memory_atoms(dims);
-    for (auto it = atoms.rbegin(); it != atoms.rend(); ++it) b.push_back(spec.axes[*it].name);
-    a["dims"] = d;
-    a["buffer_dims"] = b;
-    a["optional"] = optional;
-    a["updates"] = updates;
-    return a;
-}
-
-}  // namespace
-
 int main(int argc, char **argv) {
     std::vector<std::string> a(argv + 1, argv + argc);
     std::string file, variant, out, stmt, assembly, fragment, llvm;
@@ -106,11 +84,11 @@ int main(int argc, char **argv) {
         e["header"] = fn + ".h";
         json args = json::array();
         for (const TensorInfo &ti : spec.tensors)
-            args.push_back(arg_entry(spec, ti.name, ti.role == TensorInfo::Param ? "param" : "input", types.storage.at(ti.name), ti.dims,
+            args.push_back(hl::manifest_arg(spec, ti.name, ti.role == TensorInfo::Param ? "param" : "input", types.storage.at(ti.name), ti.dims,
                                      false, ""));
         for (int oi : p.output_index) {
             const OutputInfo &o = spec.outputs[oi];
-            args.push_back(arg_entry(spec, o.name, "output", types.storage.at(o.name), o.dims, o.optional, o.updates));
+            args.push_back(hl::manifest_arg(spec, o.name, "output", types.storage.at(o.name), o.dims, o.optional, o.updates));
         }
         e["args"] = args;
         std::ofstream(fragment) << json::array({e}).dump(1) << "\n";

@@ -32,9 +32,7 @@ std::vector<std::string> cpu_features(const Target &t) {
     return f;
 }
 
-namespace {
-
-json arg_entry(const NormSpec &spec, const std::string &name, const char *role, DType dtype, const std::vector<AxisId> &dims,
+json manifest_arg(const NormSpec &spec, const std::string &name, const char *role, DType dtype, const std::vector<AxisId> &dims,
                bool optional, const std::string &updates) {
     json a;
     a["name"] = name;
@@ -51,7 +49,6 @@ json arg_entry(const NormSpec &spec, const std::string &name, const char *role, 
     return a;
 }
 
-}  // namespace
 
 json compile_halide_kernels(const NormSpec &spec, const AotRequest &req) {
     namespace fs = std::filesystem;
@@ -89,11 +86,11 @@ json compile_halide_kernels(const NormSpec &spec, const AotRequest &req) {
                 e["header"] = fn + ".h";
                 json args = json::array();
                 for (const TensorInfo &ti : spec.tensors)
-                    args.push_back(arg_entry(spec, ti.name, ti.role == TensorInfo::Param ? "param" : "input", types.storage.at(ti.name),
+                    args.push_back(manifest_arg(spec, ti.name, ti.role == TensorInfo::Param ? "param" : "input", types.storage.at(ti.name),
                                              ti.dims, false, ""));
                 for (int oi : p.output_index) {
                     const OutputInfo &o = spec.outputs[oi];
-                    args.push_back(arg_entry(spec, o.name, "output", types.storage.at(o.name), o.dims, o.optional, o.updates));
+                    args.push_back(manifest_arg(spec, o.name, "output", types.storage.at(o.name), o.dims, o.optional, o.updates));
                 }
                 e["args"] = args;
                 entries.push_back(e);

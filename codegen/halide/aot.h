@@ -24,6 +24,11 @@ struct AotRequest {
 // (required outputs) always; "full" (optional outputs too) when the layer has optional outputs.
 nlohmann::json compile_halide_kernels(const NormSpec &spec, const AotRequest &req);
 
+// One entry of a kernel's manifest "args" (runtime/registry.h): name, role, dtype, declared dims and
+// the halide_buffer_t dims (atomic axes, innermost first), optional and updates flags.
+nlohmann::json manifest_arg(const NormSpec &spec, const std::string &name, const char *role, DType dtype,
+                            const std::vector<AxisId> &dims, bool optional, const std::string &updates);
+
 // The Halide runtime shared by all kernels (they are compiled with no_runtime), as an object file.
 void compile_halide_runtime(const std::string &object_path);
 
