@@ -12,7 +12,7 @@
 
 namespace normgen::bench {
 
-const char *copy_kind_name(CopyKind k) { return k == CopyKind::Plain ? "plain" : "nt"; }
+const char *copy_kind_name(CopyKind k) { return k == CopyKind::Plain ? "plain" : k == CopyKind::NonTemporal ? "nt" : "read"; }
 
 namespace {
 
@@ -70,6 +70,50 @@ __attribute__((target("avx"))) void copy_avx(const float *s, float *d, size_t n,
 
 void copy_scalar(const float *s, float *d, size_t n, bool) { std::memcpy(d, s, n * sizeof(float)); }
 
+// The read-only roofline: a sum over both buffers (the same byte count as a copy, all of it read),
+// four accumulators so the adds do not limit it.
+volatile float g_read_sink;
+
+__attribute__((target("avx512f"))) void read_avx512(const float *a, const float *b, size_t n) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_add_ps(s0, _mm512_load_ps(a + i));
+        s1 = _mm512_add_ps(s1, _mm512_load_ps(a + i + 16));
+        s2 = _mm512_add_ps(s2, _mm512_load_ps(b + i));
+        s3 = _mm512_add_ps(s3, _mm512_load_ps(b + i + 16));
+    }
+    alignas(64) float v[16];
+    _mm512_store_ps(v, _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+    float t = 0;
+    for (float e : v) t += e;
+    for (; i < n; ++i) t += a[i] + b[i];
+    g_read_sink = t;
+}
+
+__attribute__((target("avx"))) void read_avx(const float *a, const float *b, size_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_add_ps(s0, _mm256_load_ps(a + i));
+        s1 = _mm256_add_ps(s1, _mm256_load_ps(a + i + 8));
+        s2 = _mm256_add_ps(s2, _mm256_load_ps(b + i));
+        s3 = _mm256_add_ps(s3, _mm256_load_ps(b + i + 8));
+    }
+    alignas(32) float v[8];
+    _mm256_store_ps(v, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    float t = 0;
+    for (float e : v) t += e;
+    for (; i < n; ++i) t += a[i] + b[i];
+    g_read_sink = t;
+}
+
+void read_scalar(const float *a, const float *b, size_t n) {
+    float t = 0;
+    for (size_t i = 0; i < n; ++i) t += a[i] + b[i];
+    g_read_sink = t;
+}
+
 using CopyFn = void (*)(const float *, float *, size_t, bool);
 
 CopyFn pick_copy() {
@@ -80,6 +124,14 @@ CopyFn pick_copy() {
 }
 
 const CopyFn kCopy = pick_copy();
+
+using ReadFn = void (*)(const float *, const float *, size_t);
+ReadFn pick_read() {
+    if (kCopy == copy_avx512) return read_avx512;
+    if (kCopy == copy_avx) return read_avx;
+    return read_scalar;
+}
+const ReadFn kRead = pick_read();
 
 constexpr size_t kAlignFloats = 1024;  // chunk boundaries every 4 KiB
 
@@ -132,17 +184,23 @@ const char *copy_isa() {
 void parallel_copy(const float *src, float *dst, size_t n, CopyKind kind) {
     // Several chunks per thread, so a thread slowed by a neighbour on this shared machine does not
     // hold the whole copy back (Halide's pool hands out tasks dynamically, as it does the kernels' rows).
-    const bool nt = kind == CopyKind::NonTemporal;
+    const bool nt = kind == CopyKind::NonTemporal, rd = kind == CopyKind::Read;
+    auto body = [&](size_t b, size_t e) {
+        if (rd)
+            kRead(src + b, dst + b, e - b);
+        else
+            kCopy(src + b, dst + b, e - b, nt);
+    };
     int threads = std::max(1, bench_threads());
     size_t chunk = std::max<size_t>(kAlignFloats * 16, (n / (size_t)(threads * 8) + kAlignFloats - 1) / kAlignFloats * kAlignFloats);
     int tasks = (int)((n + chunk - 1) / chunk);
     if (tasks <= 1) {
-        kCopy(src, dst, n, nt);
+        body(0, n);
         return;
     }
     parallel_for(tasks, [&](int t) {
-        size_t b = chunk * (size_t)t, e = std::min(n, b + chunk);
-        kCopy(src + b, dst + b, e - b, nt);
+        size_t b = chunk * (size_t)t;
+        body(b, std::min(n, b + chunk));
     });
 }
 
@@ -168,11 +226,11 @@ const CopyBandwidth &copy_bandwidth(size_t bytes) {
     // cached, so interleaving the flavours sample by sample would understate both. Two blocks per
     // flavour (plain, nt, plain, nt) spread them over the machine's drifting load; the first
     // sample of each block only warms up.
-    std::vector<double> plain, nt;
+    std::vector<double> plain, nt, rd;
     const double block_seconds = std::max(0.08, 4 * one * reps);
     for (int round = 0; round < 2; ++round)
-        for (CopyKind k : {CopyKind::Plain, CopyKind::NonTemporal}) {
-            std::vector<double> &out = k == CopyKind::Plain ? plain : nt;
+        for (CopyKind k : {CopyKind::Plain, CopyKind::NonTemporal, CopyKind::Read}) {
+            std::vector<double> &out = k == CopyKind::Plain ? plain : k == CopyKind::NonTemporal ? nt : rd;
             double spent = 0;
             for (int i = 0; i == 0 || ((i < 5 || spent < block_seconds) && i < 60); ++i) {
                 auto s0 = std::chrono::steady_clock::now();
@@ -187,6 +245,7 @@ const CopyBandwidth &copy_bandwidth(size_t bytes) {
     c.samples = (int)std::min(plain.size(), nt.size());
     c.plain_bps = median(plain);
     c.nt_bps = median(nt);
+    c.read_bps = median(rd);
     c.plain_min_bps = *std::min_element(plain.begin(), plain.end());
     c.plain_max_bps = *std::max_element(plain.begin(), plain.end());
     c.nt_min_bps = *std::min_element(nt.begin(), nt.end());

@@ -16,13 +16,15 @@
 
 namespace normgen::bench {
 
-enum class CopyKind { Plain, NonTemporal };
-const char *copy_kind_name(CopyKind k);  // "plain", "nt"
+// Read: no copy at all, a sum over the same byte count (the read-only reduction roofline: what a
+// kernel that only reduced its input could reach).
+enum class CopyKind { Plain, NonTemporal, Read };
+const char *copy_kind_name(CopyKind k);  // "plain", "nt", "read"
 
 // Which instruction set the copy loops use here: "avx512", "avx", or "scalar".
 const char *copy_isa();
 
-// Copies floats [0, n) of src to dst on Halide's thread pool (bench/host_buffer.h), split into
+// Copies floats [0, n) of src to dst (for Read: sums both) on Halide's thread pool (bench/host_buffer.h), split into
 // contiguous 64-byte aligned chunks. src and dst must be 64-byte aligned.
 void parallel_copy(const float *src, float *dst, size_t n, CopyKind kind);
 
@@ -30,6 +32,7 @@ struct CopyBandwidth {
     size_t bytes = 0;        // bytes moved per copy (read + write)
     double plain_bps = 0;    // median bytes/s over the samples, ordinary stores
     double nt_bps = 0;       // median bytes/s, non-temporal stores
+    double read_bps = 0;     // median bytes/s, read-only sum over the same bytes
     double plain_min_bps = 0, plain_max_bps = 0, nt_min_bps = 0, nt_max_bps = 0;
     int samples = 0;         // per flavour (the fewer of the two)
     double best_bps() const { return plain_bps > nt_bps ? plain_bps : nt_bps; }

@@ -19,7 +19,9 @@
 
 namespace normgen::bench {
 
-std::string CaseSpec::name() const { return layer + "/" + dtype_name(dtype) + "/" + shape_label; }
+std::string CaseSpec::name() const {
+    return layer + "/" + (model.empty() ? "" : model + "/") + dtype_name(dtype) + "/" + shape_label;
+}
 
 namespace {
 
@@ -146,6 +148,44 @@ std::string KernelCase::check_other(const Registry::Kernel &other) {
     return c.pass ? "" : c.message;
 }
 
+CaseTensors KernelCase::tensors() const {
+    CaseTensors t;
+    t.layer = spec_.layer;
+    t.dtype = spec_.dtype;
+    t.threads = bench_threads();
+    const NormSpec &spec = *k_->spec;
+    for (size_t a = 0; a < spec.axes.size(); ++a) {
+        int64_t e = 1;
+        if (spec.axes[a].is_split())
+            for (AxisId p : spec.axes[a].parts) e *= extents_.at(p);
+        else
+            e = extents_.at(a);
+        t.extent[spec.axes[a].name] = e;
+    }
+    for (const Arg &g : args_) t.data[g.arg->name] = const_cast<uint8_t *>(g.mem.data());
+    return t;
+}
+
+std::string KernelCase::check_baseline(Baseline &b, std::string *message) {
+    if (!error_.empty()) return "the case itself failed: " + error_;
+    for (const std::string &name : b.writes()) {
+        const Arg *g = nullptr;
+        for (const Arg &a : args_)
+            if (a.arg->name == name && a.arg->role == KernelArg::Output) g = &a;
+        if (!g) return "the baseline writes '" + name + "', which is not an output of '" + k_->function + "'";
+        parallel_memset(const_cast<uint8_t *>(g->mem.data()), 0xff, (size_t)g->numel * dtype_size(g->arg->dtype));
+    }
+    try {
+        b.run();
+        b.publish();
+    } catch (const std::exception &e) {
+        return std::string("it failed: ") + e.what();
+    }
+    OutputCheckSummary c = check_outputs(0xba5e);
+    if (message) *message = c.message;
+    return c.pass ? "" : c.message;
+}
+
 void KernelCase::setup(uint64_t seed) {
     const NormSpec &spec = *k_->spec;
     for (const auto &[name, n] : spec_.sizes) {
@@ -196,7 +236,12 @@ void KernelCase::setup(uint64_t seed) {
         } else if (g.has_outer) {
             fill_random(g.mem.data(), a.dtype, g.numel, seed ^ std::hash<std::string>()(a.name), a.name.find("var") != std::string::npos);
         } else {
-            std::vector<uint8_t> b = encode(small.at(a.name).data, a.dtype);
+            // In a bf16/f16 case the f32 parameters hold values of that type, so a library that
+            // takes them in the activations' type computes the same layer.
+            std::vector<double> v = small.at(a.name).data;
+            if (spec_.dtype != DType::F32 && a.dtype == DType::F32)
+                for (double &e : v) e = round_to(e, spec_.dtype);
+            std::vector<uint8_t> b = encode(v, a.dtype);
             if (b.size() != nbytes) throw std::logic_error("parameter '" + a.name + "' has an unexpected size");
             std::memcpy(g.mem.data(), b.data(), nbytes);
         }

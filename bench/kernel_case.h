@@ -3,6 +3,7 @@
 // float64 reference before any timing.
 #pragma once
 
+#include "bench/baseline.h"
 #include "bench/host_buffer.h"
 #include "runtime/registry.h"
 
@@ -18,6 +19,7 @@ namespace normgen::bench {
 // What to benchmark: a catalog layer, a storage type, the extent of each atomic axis by name.
 struct CaseSpec {
     std::string layer;                     // catalog name, e.g. "layer_norm"
+    std::string model;                     // the grid it comes from (bench/shape_grids.h), or ""
     DType dtype = DType::F32;
     std::map<std::string, int64_t> sizes;  // e.g. {{"rows", 4096}, {"d", 4096}}
     std::string shape_label;               // e.g. "4096x4096"
@@ -28,7 +30,7 @@ struct CaseSpec {
     //   true:  the whole tensor (BatchNorm train, whose statistics reduce over n).
     bool full_reference = false;
     double min_time = 0.2;                 // Google Benchmark MinTime per repetition, seconds
-    std::string name() const;              // "layer_norm/f32/4096x4096"
+    std::string name() const;              // "layer_norm/llama3-8b/f32/4096x4096" ("layer_norm/f32/4096x4096" without a model)
 };
 
 struct OutputCheckSummary {
@@ -68,6 +70,14 @@ public:
     // and is checked like the case's own kernel. Returns "" when it passes, else why not.
     std::string check_other(const Registry::Kernel &other);
     int run_other(int (*argv_fn)(void **)) const { return argv_fn(const_cast<void **>(argv_.data())); }
+
+    // The case's tensors by name, for the baselines (bench/baseline.h).
+    CaseTensors tensors() const;
+
+    // A baseline on this case's tensors: the outputs it writes are poisoned, it runs once, publishes,
+    // and every output is checked like the kernel's (outputs it does not write keep the kernel's
+    // checked values). Returns "" when it passes (with the check's summary in *message), else why not.
+    std::string check_baseline(Baseline &b, std::string *message = nullptr);
 
 private:
     void setup(uint64_t seed);

@@ -1,28 +1,44 @@
 // normgen_bench: the generated normalization kernels (through the registry, as a program would
-// select them) against the copy roofline measured in the same binary. See bench/README.md.
+// select them) beside oneDNN, PyTorch (ATen), a plain scalar implementation and the rooflines, on
+// the shapes of bench/shape_grids.h, all in one binary and one run. See bench/README.md.
 //
-// Every kernel row reports
-//   bytes_per_second  the floor traffic (inputs and parameters read once, outputs written once)
-//                     per second (Google Benchmark's own counter, 1024-based in the console);
+// Rows are named CASE/IMPL, CASE = layer/model/dtype/shape (e.g. layer_norm/llama3-8b/f32/4096x4096),
+// IMPL = scalar | onednn | torch | normgen (run in that order, on the same tensors). Every row reports
+//   bytes_per_second  the floor traffic of the case (x read once, y written once, plus parameters
+//                     and extra outputs), per second; the same byte count for every implementation;
 //   GBps              the same in 1e9 bytes/s;
-//   copy_plain_GBps, copy_nt_GBps
-//                     the copy roofline at the same byte count (bench/copy_roofline.h), medians,
-//                     measured once per byte count before the kernel is timed;
-//   copy_frac         GBps / max(copy_plain_GBps, copy_nt_GBps).
-// Each case is checked against the float64 reference before it is timed (bench/kernel_case.h);
-// a case that fails is reported as an error instead of a time.
+//   copy_plain_GBps, copy_nt_GBps, read_GBps
+//                     the rooflines at the same byte count, same thread count (bench/copy_roofline.h):
+//                     copy with ordinary stores, copy with non-temporal stores, read-only sum;
+//   copy_frac         GBps / max(copy_plain_GBps, copy_nt_GBps);
+//   cpu_share         process CPU time / (wall time x threads), to see a busy machine;
+// and the normgen row also
+//   vs_vendor         GBps / the best vendor's (oneDNN, PyTorch) median GBps on the case, this run;
+//   vs_scalar         GBps / the scalar baseline's.
+// Each implementation is checked against the float64 reference on the case's tensors before it is
+// timed (bench/kernel_case.h); one that fails, or has nothing for the case, is reported as an error
+// row with the reason (`normgen report` lists them).
+//
+// Grid: --normgen_grid=full (default; bench/shape_grids.h model_grid()) or short (short_grid(), the
+// README's run command). Other arguments are Google Benchmark's (--benchmark_filter=..., ...).
+#include "bench/baseline.h"
 #include "bench/copy_roofline.h"
 #include "bench/kernel_case.h"
+#include "bench/shape_grids.h"
 #include "bench/thread_pool.h"
-#include "runtime/errors.h"
 #include "runtime/kernel_table.h"
 #include "runtime/registry.h"
 
 #include <benchmark/benchmark.h>
 
-#include <chrono>
 #include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -40,85 +56,81 @@ const Registry &registry() {
     return reg;
 }
 
-// ---- The shape grids ----------------------------------------------------------------------------
-
-CaseSpec rows_d(const std::string &layer, DType t, int64_t rows, int64_t d, double min_time = 0.15) {
+CaseSpec case_spec(const GridCase &g) {
     CaseSpec c;
-    c.layer = layer;
-    c.dtype = t;
-    c.sizes = {{"rows", rows}, {"d", d}};
-    c.shape_label = std::to_string(rows) + "x" + std::to_string(d);
-    c.min_time = min_time;
+    c.layer = g.layer;
+    c.model = g.model;
+    c.dtype = g.dtype;
+    c.sizes = g.sizes;
+    c.shape_label = g.shape;
+    c.full_reference = g.full_reference;
+    // Long enough for a stable median on a shared machine; DRAM cases take ~50-500 ms a call.
+    c.min_time = g.dram ? 0.3 : 0.1;
     return c;
 }
 
-// LayerNorm / RMSNorm over the feature axis: a 4096 x 4096 square (x + y = 128 MiB, inside this
-// machine's 260 MiB L3), 32768 x 8192 (1 GiB per tensor: DRAM-bound), BERT-base tokens
-// (4096 x 768), a LLaMA-7B prefill of 512 tokens (512 x 4096) and one long row (1 x 65536).
-std::vector<CaseSpec> transformer_rows(const std::string &layer) {
-    return {rows_d(layer, DType::F32, 4096, 4096), rows_d(layer, DType::F32, 32768, 8192, 0.4), rows_d(layer, DType::F32, 4096, 768),
-            rows_d(layer, DType::F32, 512, 4096), rows_d(layer, DType::F32, 1, 65536), rows_d(layer, DType::BF16, 4096, 4096)};
-}
+// ---- One prepared case (and its baselines) at a time ---------------------------------------------
 
-// GroupNorm as in a Stable Diffusion UNet block (8 x 320 x 64 x 64, 32 groups), NCHW and NHWC.
-CaseSpec group_norm(bool nhwc) {
-    CaseSpec c;
-    c.layer = nhwc ? "group_norm_nhwc" : "group_norm_nchw";
-    c.sizes = {{"n", 8}, {"cg", 10}, {"h", 64}, {"w", 64}};
-    c.shape_label = nhwc ? "8x64x64x320" : "8x320x64x64";
-    return c;
-}
-
-// BatchNorm as in ResNet-50 (32 x 256 x 28 x 28): train (statistics over n, h, w: the whole
-// tensor is checked) and eval.
-CaseSpec batch_norm(bool train) {
-    CaseSpec c;
-    c.layer = train ? "batch_norm_train" : "batch_norm_eval";
-    c.sizes = {{"n", 32}, {"c", 256}, {"h", 28}, {"w", 28}};
-    c.shape_label = "32x256x28x28";
-    c.full_reference = train;
-    return c;
-}
-
-std::vector<CaseSpec> all_cases() {
-    std::vector<CaseSpec> cs;
-    for (const char *layer : {"layer_norm", "rms_norm"})
-        for (const CaseSpec &c : transformer_rows(layer)) cs.push_back(c);
-    cs.push_back(rows_d("dyt", DType::F32, 4096, 4096));
-    cs.push_back(rows_d("fused_add_rms_norm", DType::F32, 4096, 4096));
-    cs.push_back(group_norm(false));
-    cs.push_back(group_norm(true));
-    cs.push_back(batch_norm(true));
-    cs.push_back(batch_norm(false));
-    return cs;
-}
-
-// ---- One prepared case at a time ----------------------------------------------------------------
+struct Prepared {
+    std::unique_ptr<KernelCase> kernel;
+    struct Impl {
+        std::unique_ptr<Baseline> baseline;
+        std::string error;  // why it is not timed
+    };
+    std::map<std::string, Impl> impls;  // by implementation name, made on first use
+};
 
 // Google Benchmark calls a benchmark function once per repetition (and more while it sizes the
-// iteration count); the case is prepared on the first call and reused. Moving to another case frees
-// the previous one, so the 1 GiB tensors are never held beside the next case's.
-const KernelCase &acquire(const CaseSpec &spec) {
-    static std::unique_ptr<KernelCase> current;
-    if (!current || current->spec().name() != spec.name()) {
+// iteration count); the case is prepared on the first call and reused by all its rows. Moving to
+// another case frees the previous one, so the big tensors are never held beside the next case's.
+Prepared &acquire(const CaseSpec &spec) {
+    static std::unique_ptr<Prepared> current;
+    if (!current || current->kernel->spec().name() != spec.name()) {
         current.reset();
-        current = std::make_unique<KernelCase>(registry(), spec, kSeed);
-        if (current->error().empty())
-            std::fprintf(stderr, "[check] %s: %s (%s)\n", spec.name().c_str(), current->check_message().c_str(),
-                         current->kernel()->function.c_str());
+        current = std::make_unique<Prepared>();
+        current->kernel = std::make_unique<KernelCase>(registry(), spec, kSeed);
+        const KernelCase &k = *current->kernel;
+        if (k.error().empty())
+            std::fprintf(stderr, "[check] %s/normgen: %s (%s)\n", spec.name().c_str(), k.check_message().c_str(), k.kernel()->function.c_str());
         else
-            std::fprintf(stderr, "[check] %s: FAILED: %s\n", spec.name().c_str(), current->error().c_str());
+            std::fprintf(stderr, "[check] %s/normgen: FAILED: %s\n", spec.name().c_str(), k.error().c_str());
     }
     return *current;
+}
+
+Prepared::Impl &baseline(Prepared &p, const std::string &impl) {
+    auto it = p.impls.find(impl);
+    if (it != p.impls.end()) return it->second;
+    Prepared::Impl &b = p.impls[impl];
+    const std::string name = p.kernel->spec().name() + "/" + impl;
+    if (!p.kernel->error().empty()) {
+        b.error = "the case could not be prepared: " + p.kernel->error();
+        return b;
+    }
+    b.baseline = make_baseline(impl, p.kernel->tensors(), &b.error);
+    if (!b.baseline) {
+        b.error = "unsupported: " + b.error;
+        std::fprintf(stderr, "[check] %s: %s\n", name.c_str(), b.error.c_str());
+        return b;
+    }
+    std::string message;
+    std::string fail = p.kernel->check_baseline(*b.baseline, &message);
+    if (!fail.empty()) {
+        b.error = "wrong result: " + fail;
+        b.baseline.reset();
+        std::fprintf(stderr, "[check] %s: FAILED: %s\n", name.c_str(), fail.c_str());
+    } else {
+        std::fprintf(stderr, "[check] %s: %s\n", name.c_str(), message.c_str());
+    }
+    return b;
 }
 
 const CopyBandwidth &roofline(size_t bytes) {
     static std::set<size_t> printed;
     const CopyBandwidth &c = copy_bandwidth(bytes);
     if (printed.insert(c.bytes).second)
-        std::fprintf(stderr, "[copy]  %zu bytes (%.1f MiB): plain %.2f GB/s [%.2f..%.2f], nt %.2f GB/s [%.2f..%.2f], %d samples each\n",
-                     c.bytes, c.bytes / 1048576.0, c.plain_bps / 1e9, c.plain_min_bps / 1e9, c.plain_max_bps / 1e9, c.nt_bps / 1e9,
-                     c.nt_min_bps / 1e9, c.nt_max_bps / 1e9, c.samples);
+        std::fprintf(stderr, "[copy]  %zu bytes (%.1f MiB): plain %.2f GB/s, nt %.2f GB/s, read %.2f GB/s (medians of %d samples)\n", c.bytes,
+                     c.bytes / 1048576.0, c.plain_bps / 1e9, c.nt_bps / 1e9, c.read_bps / 1e9, c.samples);
     return c;
 }
 
@@ -129,96 +141,102 @@ double process_cpu_seconds() {
     return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-void set_counters(benchmark::State &state, size_t bytes, double seconds, const CopyBandwidth &copy) {
-    const double iters = (double)state.iterations();
+double median(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    size_t m = v.size() / 2;
+    return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// GB/s of every repetition of every implementation, per case, for the ratio counters.
+std::map<std::string, std::map<std::string, std::vector<double>>> &samples() {
+    static std::map<std::string, std::map<std::string, std::vector<double>>> s;
+    return s;
+}
+
+template <typename F>
+void time_loop(benchmark::State &state, const std::string &case_name, const std::string &impl, size_t bytes, F &&call) {
+    const CopyBandwidth &copy = roofline(bytes);
+    const double cpu0 = process_cpu_seconds();
+    auto t0 = std::chrono::steady_clock::now();
+    for (auto _ : state) call();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double iters = (double)state.iterations(), bps = bytes * iters / seconds;
     state.SetBytesProcessed((int64_t)(bytes * iters));
-    const double bps = bytes * iters / seconds;
     state.counters["GBps"] = bps / 1e9;
     state.counters["copy_plain_GBps"] = copy.plain_bps / 1e9;
     state.counters["copy_nt_GBps"] = copy.nt_bps / 1e9;
+    state.counters["read_GBps"] = copy.read_bps / 1e9;
     state.counters["copy_frac"] = bps / copy.best_bps();
+    // CPU time of all our threads / (wall time x threads): 1 when every pool thread ran the whole
+    // time; well below 1 when other processes took the cores (or threads sat idle).
+    state.counters["cpu_share"] = (process_cpu_seconds() - cpu0) / (seconds * bench_threads());
+    samples()[case_name][impl].push_back(bps / 1e9);
+    if (impl == "normgen") {
+        auto &s = samples()[case_name];
+        double vendor = 0;
+        for (const char *v : {"onednn", "torch"})
+            if (s.count(v)) vendor = std::max(vendor, median(s[v]));
+        if (vendor > 0) state.counters["vs_vendor"] = bps / 1e9 / vendor;
+        if (s.count("scalar")) state.counters["vs_scalar"] = bps / 1e9 / median(s["scalar"]);
+    }
 }
 
-void BM_kernel(benchmark::State &state, const CaseSpec &spec, bool through_run_kernel) {
-    const KernelCase &c = acquire(spec);
+void BM_normgen(benchmark::State &state, const CaseSpec &spec) {
+    Prepared &p = acquire(spec);
+    const KernelCase &c = *p.kernel;
     if (!c.error().empty()) {
         state.SkipWithError(c.error().c_str());
         return;
     }
-    const CopyBandwidth &copy = roofline(c.bytes_per_call());
-    // Our own clock around the loop (Google Benchmark's real time measures the same span), so the
-    // ratio counters are plain numbers rather than rates.
-    const double cpu0 = process_cpu_seconds();
-    auto t0 = std::chrono::steady_clock::now();
-    for (auto _ : state) {
-        if (through_run_kernel) {
-            c.run_checked();
-        } else if (int rc = c.run()) {
-            state.SkipWithError(("Halide error " + std::to_string(rc)).c_str());
-            break;
-        }
-    }
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    set_counters(state, c.bytes_per_call(), seconds, copy);
-    // CPU time of all our threads / (wall time x threads): 1 when every pool thread ran the whole
-    // time; well below 1 when other processes took the cores (or threads sat idle).
-    state.counters["cpu_share"] = (process_cpu_seconds() - cpu0) / (seconds * bench_threads());
+    int rc = 0;
+    time_loop(state, spec.name(), "normgen", c.bytes_per_call(), [&] { rc |= c.run(); });
+    if (rc) state.SkipWithError(("Halide error " + std::to_string(rc)).c_str());
     state.SetLabel(c.kernel()->function);
 }
 
-// The copy itself as a row (the same function the roofline samples), per byte count and flavour.
-void BM_copy(benchmark::State &state, size_t bytes, CopyKind kind) {
-    bytes = bytes / 128 * 128;
-    const float *src;
-    float *dst;
-    copy_buffers(bytes / 2, &src, &dst);
-    const size_t n = bytes / 2 / sizeof(float);
-    parallel_copy(src, dst, n, kind);
-    const double cpu0 = process_cpu_seconds();
-    auto t0 = std::chrono::steady_clock::now();
-    for (auto _ : state) parallel_copy(src, dst, n, kind);
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    state.counters["cpu_share"] = (process_cpu_seconds() - cpu0) / (seconds * bench_threads());
-    state.SetBytesProcessed((int64_t)(bytes * (double)state.iterations()));
-    state.counters["GBps"] = bytes * (double)state.iterations() / seconds / 1e9;
+void BM_baseline(benchmark::State &state, const CaseSpec &spec, const std::string &impl) {
+    Prepared &p = acquire(spec);
+    Prepared::Impl &b = baseline(p, impl);
+    if (!b.baseline) {
+        state.SkipWithError(b.error.c_str());
+        return;
+    }
+    Baseline &run = *b.baseline;
+    time_loop(state, spec.name(), impl, p.kernel->bytes_per_call(), [&] { run.run(); });
+    state.SetLabel(run.note());
 }
 
-void register_all() {
-    std::vector<CaseSpec> cases = all_cases();
-    // Copy rows first, one per distinct byte count, then the kernels.
-    std::set<size_t> sizes;
-    for (const CaseSpec &c : cases)
-        if (size_t b = case_bytes(registry(), c)) sizes.insert(b / 128 * 128);
-    for (size_t b : sizes)
-        for (CopyKind k : {CopyKind::Plain, CopyKind::NonTemporal})
-            benchmark::RegisterBenchmark(("copy/" + std::string(copy_kind_name(k)) + "/" + std::to_string(b)).c_str(), BM_copy, b, k)
-                ->UseRealTime()
-                ->Unit(benchmark::kMillisecond)
-                ->MinTime(b > (size_t(1) << 30) ? 0.4 : 0.1)
-                ->Repetitions(3)
-                ->ReportAggregatesOnly(true);
-    for (const CaseSpec &c : cases) {
-        benchmark::RegisterBenchmark(c.name().c_str(), BM_kernel, c, false)
-            ->UseRealTime()
-            ->Unit(benchmark::kMillisecond)
-            ->MinTime(c.min_time)
-            ->Repetitions(3)
-            ->ReportAggregatesOnly(true);
-        // The dispatch overhead of run_kernel (checks and buffers per call) on the smallest case.
-        if (c.layer == "layer_norm" && c.shape_label == "1x65536")
-            benchmark::RegisterBenchmark((c.name() + "/run_kernel").c_str(), BM_kernel, c, true)
-                ->UseRealTime()
-                ->Unit(benchmark::kMillisecond)
-                ->MinTime(c.min_time)
-                ->Repetitions(3)
-                ->ReportAggregatesOnly(true);
+void register_grid(const std::vector<GridCase> &grid) {
+    for (const GridCase &g : grid) {
+        const CaseSpec spec = case_spec(g);
+        auto set = [&](benchmark::internal::Benchmark *b) {
+            b->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(spec.min_time)->Repetitions(3)->ReportAggregatesOnly(true);
+        };
+        for (const std::string &impl : baseline_names())
+            set(benchmark::RegisterBenchmark((spec.name() + "/" + impl).c_str(), BM_baseline, spec, impl));
+        set(benchmark::RegisterBenchmark((spec.name() + "/normgen").c_str(), BM_normgen, spec));
     }
 }
 
 }  // namespace
 
 int main(int argc, char **argv) {
+    std::string grid = "full";
+    int kept = 1;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strncmp(argv[i], "--normgen_grid=", 15) == 0)
+            grid = argv[i] + 15;
+        else
+            argv[kept++] = argv[i];
+    }
+    argc = kept;
+    if (grid != "full" && grid != "short") {
+        std::fprintf(stderr, "normgen_bench: --normgen_grid must be 'full' or 'short', not '%s'\n", grid.c_str());
+        return 2;
+    }
     const int threads = configure_threads();
+    configure_vendor_threads(threads);
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     try {
@@ -227,11 +245,13 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "normgen_bench: cannot load the kernel manifest: %s\n", e.what());
         return 1;
     }
-    benchmark::AddCustomContext("halide_threads", std::to_string(threads) + " (halide_set_num_threads; $HL_NUM_THREADS overrides)");
+    benchmark::AddCustomContext("threads", std::to_string(threads) + " for every implementation ($HL_NUM_THREADS overrides)");
+    benchmark::AddCustomContext("grid", grid);
     benchmark::AddCustomContext("copy_isa", copy_isa());
     benchmark::AddCustomContext("kernel_isa", cpu_isa());
-    benchmark::AddCustomContext("manifest", registry().path());
-    register_all();
+    benchmark::AddCustomContext("onednn", onednn_version());
+    benchmark::AddCustomContext("torch", torch_version());
+    register_grid(grid == "short" ? short_grid() : model_grid());
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

@@ -4,6 +4,7 @@
 #include "codegen/driver/catalog_table.h"
 #include "codegen/driver/describe.h"
 #include "codegen/driver/options.h"
+#include "codegen/driver/report.h"
 #include "codegen/driver/verify_cmd.h"
 #include "codegen/halide/aot.h"
 #include "codegen/halide/jit.h"
@@ -60,6 +61,14 @@ commands:
                         inputs are rounded to the storage type (--dtype) first. --set
                         overrides a declared const or fixes an axis extent (e.g. --set
                         eps=1e-6 --set g=4). Nothing is written unless every input is valid.
+  report RESULTS.json -o DIR [--no-plots] [--print]
+                        Turn normgen_bench's Google Benchmark JSON (--benchmark_out=FILE
+                        --benchmark_out_format=json; scripts/bench.sh writes
+                        build/bench.json) into DIR/report.md: per layer and case each
+                        implementation's GB/s, % of the copy rooflines and the speedup
+                        over the best vendor, a summary and every case normgen loses;
+                        and DIR/LAYER.png plots (python3-matplotlib). Nothing is written
+                        when the file is not valid. --print: the markdown to stdout too.
 
 options:
   -h, --help            Show this help (also: normgen <command> --help).
@@ -71,7 +80,32 @@ examples:
   normgen check dsl/catalog/*.norm
   normgen describe dsl/catalog/group_norm_nhwc.norm
   normgen run dsl/catalog/rms_norm.norm --in x=x.npy --in weight=w.npy --out out/
+  normgen report build/bench.json -o build/report
 )";
+
+int cmd_report(const std::vector<std::string> &args) {
+    ReportOptions o;
+    for (size_t i = 0; i < args.size(); ++i) {
+        const std::string &a = args[i];
+        if (a == "-o" || a == "--out") {
+            if (i + 1 >= args.size()) throw Usage(a + " needs a folder");
+            o.out_dir = args[++i];
+        } else if (a == "--no-plots") {
+            o.plots = false;
+        } else if (a == "--print") {
+            o.print = true;
+        } else if (!a.empty() && a[0] == '-') {
+            throw Usage("report: unknown option '" + a + "'");
+        } else if (o.input.empty()) {
+            o.input = a;
+        } else {
+            throw Usage("report: one results file at a time (got '" + o.input + "' and '" + a + "')");
+        }
+    }
+    if (o.input.empty()) throw Usage("report: give the benchmark's JSON file");
+    if (o.out_dir.empty()) throw Usage("report: give -o DIR");
+    return run_report(o);
+}
 
 int cmd_check(const std::vector<std::string> &files) {
     if (files.empty()) throw Usage("check: give at least one .norm file");
@@ -230,6 +264,7 @@ int dispatch(int argc, char **argv) {
     if (cmd == "run") return cmd_run(rest);
     if (cmd == "verify") return cmd_verify(rest);
     if (cmd == "compile") return cmd_compile(rest);
+    if (cmd == "report") return cmd_report(rest);
     if (cmd == "catalog") {
         if (rest.empty()) throw Usage("catalog: give at least one .norm file");
         bool ok = true;

@@ -15,6 +15,46 @@ namespace {
 constexpr int kWelfordLanes = 16;
 constexpr int kWelfordBlock = 64;  // serial Welford steps per lane before a pairwise merge
 
+}  // namespace
+
+// ---- Vectorizable f32 transcendentals -----------------------------------------------------------
+// Halide lowers exp/tanh of f32 to scalar libm calls (one call per element: DyT ran at 0.7 GB/s).
+// These are plain arithmetic, so they vectorize with the rest of the map; accuracy ~1e-7 relative
+// (tests/halide verifies DyT at 1e-5 against the float64 reference, and
+// tests/halide/vector_math_test.cpp sweeps them against libm).
+
+// e^x: x = k ln2 + f, |f| <= ln2 / 2, e^f by its Taylor series to f^7 (remainder < 6e-9
+// relative), 2^k added to the exponent field of e^f as an integer. Error: a few ulps, mostly
+// k * (ln2 - float(ln2)) at |x| near 88 (Halide's simplifier folds a two-constant split of ln2
+// back into one). NaN propagates; x > ln(FLT_MAX) is +inf; results below FLT_MIN are 0.
+Expr exp_f32(Expr x) {
+    Expr xc = clamp(x, -88.0f, 88.8f);
+    Expr k = round(xc * 1.44269504088896341f);
+    Expr f = xc - k * 0.693147180559945309f;
+    Expr p = 1.0f / 5040;
+    for (float c : {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f}) p = p * f + c;
+    Expr r = reinterpret(Float(32), reinterpret(Int(32), p) + (cast<int32_t>(k) << 23));
+    r = select(x > 88.7228394f, Float(32).max() * 2.0f, r);
+    r = select(x < -87.3365447f, 0.0f, r);
+    return select(is_nan(x), x, r);
+}
+
+// tanh: for |x| < 0.55 its Taylor series to x^17 (remainder < 6e-9 relative); beyond,
+// 1 - 2 / (e^{2|x|} + 1) with the sign of x (no cancellation there: tanh >= 0.5).
+Expr tanh_f32(Expr x) {
+    Expr a = abs(x), x2 = x * x;
+    // The series' coefficients: 2^{2n} (2^{2n} - 1) B_{2n} / (2n)!, n = 9 down to 2.
+    const double c[] = {6404582.0 / 10854718875.0, -929569.0 / 638512875.0, 21844.0 / 6081075.0, -1382.0 / 155925.0,
+                        62.0 / 2835.0,           -17.0 / 315.0,          2.0 / 15.0,           -1.0 / 3.0};
+    Expr p = (float)c[0];
+    for (int i = 1; i < 8; ++i) p = p * x2 + (float)c[i];
+    Expr small = x + x * x2 * p;
+    Expr big = 1.0f - 2.0f / (exp_f32(2.0f * a) + 1.0f);
+    return select(a < 0.55f, small, select(x < 0, -big, big));
+}
+
+namespace {
+
 class Lowerer {
 public:
     Lowerer(const NormSpec &spec, const KernelTypes &types) : spec_(spec), types_(types) {
@@ -114,11 +154,11 @@ private:
             case UnaryOp::Neg: return -a;
             case UnaryOp::Sqrt: return sqrt(a);
             case UnaryOp::Rsqrt: return cast(p_.acc, 1) / sqrt(a);  // exact, not fast_inverse_sqrt
-            case UnaryOp::Tanh: return tanh(a);
-            case UnaryOp::Exp: return exp(a);
+            case UnaryOp::Tanh: return p_.acc == Float(32) ? tanh_f32(a) : tanh(a);
+            case UnaryOp::Exp: return p_.acc == Float(32) ? exp_f32(a) : exp(a);
             case UnaryOp::Log: return log(a);
             case UnaryOp::Abs: return abs(a);
-            case UnaryOp::Sigmoid: return cast(p_.acc, 1) / (cast(p_.acc, 1) + exp(-a));
+            case UnaryOp::Sigmoid: return cast(p_.acc, 1) / (cast(p_.acc, 1) + (p_.acc == Float(32) ? exp_f32(-a) : exp(-a)));
             }
             break;
         }

@@ -64,4 +64,9 @@ struct LoweredPipeline {
 // `with_optional`: include the optional outputs (saved statistics) as kernel outputs.
 LoweredPipeline lower_to_halide(const NormSpec &spec, const KernelTypes &types, bool with_optional);
 
+// Vectorizable f32 e^x and tanh(x) in plain arithmetic (Halide calls libm per element for its own
+// exp/tanh of f32): ~1e-7 relative, NaN and infinities as libm. Used for f32 accumulation.
+Halide::Expr exp_f32(Halide::Expr x);
+Halide::Expr tanh_f32(Halide::Expr x);
+
 }  // namespace normgen::hl

@@ -1,0 +1,230 @@
+// PyTorch (Debian's libtorch 1.13, ATen CPU) baselines. The library's own ops where it has one
+// (native_layer_norm, native_batch_norm, native_group_norm, instance_norm); for RMSNorm, DyT and
+// the fused residual add the eager compositions model code writes. The input tensors wrap the
+// case's buffers; ATen allocates its outputs, as it does in a model, from a caching allocator
+// installed here (freed blocks are kept for the next allocation of the same size, as PyTorch's
+// CUDA caching allocator does), so repeated calls do not page-fault fresh output memory in.
+// publish() copies the results into the case's buffers for the check, outside the timing.
+//
+// ATen's CPU layer_norm / group_norm / batch_norm want parameters in the activations' dtype, so
+// for bf16/f16 cases they are converted once (the case's parameters are representable in that
+// type: bench/kernel_case.cpp), not per call.
+#include "bench/baseline.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/core/CPUAllocator.h>
+#include <torch/csrc/api/include/torch/version.h>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <mutex>
+
+namespace normgen::bench {
+namespace {
+
+// Blocks by exact size; never returned to the system while the benchmark runs (cases are freed
+// between shapes by ATen, their blocks reused by the next case of the same size or kept).
+class CachingCpuAllocator final : public c10::Allocator {
+public:
+    c10::DataPtr allocate(size_t n) const override {
+        void *p = nullptr;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            auto it = free_.find(n);
+            if (it != free_.end()) {
+                p = it->second;
+                free_.erase(it);
+            }
+        }
+        if (!p) {
+            p = std::aligned_alloc(64, std::max<size_t>(64, (n + 63) / 64 * 64));
+            if (!p) throw std::bad_alloc();
+            std::lock_guard<std::mutex> g(mu_);
+            size_[p] = n;
+        }
+        return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
+    }
+    c10::DeleterFnPtr raw_deleter() const override { return &release; }
+
+    // Frees every cached block (between cases, so the big ones do not pile up).
+    void trim() {
+        std::lock_guard<std::mutex> g(mu_);
+        for (auto &[n, p] : free_) {
+            size_.erase(p);
+            std::free(p);
+        }
+        free_.clear();
+    }
+    static CachingCpuAllocator &get() {
+        static CachingCpuAllocator a;
+        return a;
+    }
+
+private:
+    static void release(void *p) {
+        CachingCpuAllocator &a = get();
+        std::lock_guard<std::mutex> g(a.mu_);
+        a.free_.emplace(a.size_.at(p), p);
+    }
+    mutable std::mutex mu_;
+    mutable std::multimap<size_t, void *> free_;
+    mutable std::map<void *, size_t> size_;
+};
+
+at::ScalarType aten_type(DType t) {
+    switch (t) {
+    case DType::F32: return at::kFloat;
+    case DType::BF16: return at::kBFloat16;
+    case DType::F16: return at::kHalf;
+    default: return at::kDouble;
+    }
+}
+
+class Torch : public Baseline {
+public:
+    explicit Torch(const CaseTensors &t) : t_(t) {}
+    std::vector<std::string> writes() const override {
+        std::vector<std::string> w = direct_;
+        for (const auto &[name, _] : outputs_) w.push_back(name);
+        return w;
+    }
+    std::string note() const override { return note_; }
+
+    std::string build() {
+        const std::string &l = t_.layer;
+        const at::ScalarType st = aten_type(t_.dtype);
+        const bool image = t_.extent.count("n") != 0;
+        std::vector<int64_t> shape, strides;
+        if (image) {
+            const int64_t n = t_.at("n"), c = t_.at("c"), h = t_.at("h"), w = t_.at("w");
+            shape = {n, c, h, w};
+            if (l == "group_norm_nhwc")
+                strides = {h * w * c, 1, w * c, c};  // channels_last: the NHWC buffer as an NCHW tensor
+            else
+                strides = {c * h * w, h * w, w, 1};
+        } else {
+            shape = {t_.at("rows"), t_.at("d")};
+            strides = {shape[1], 1};
+        }
+        auto act = [&](const std::string &name) { return at::from_blob(t_.ptr(name), shape, strides, at::TensorOptions().dtype(st)); };
+        auto param = [&](const std::string &name) -> c10::optional<at::Tensor> {
+            if (!t_.has(name)) return c10::nullopt;
+            int64_t n = 1;
+            if (name != "alpha") n = image ? t_.at("c") : t_.at("d");
+            std::vector<int64_t> s;
+            if (name != "alpha") s = {n};
+            at::Tensor p = at::from_blob(t_.ptr(name), s, at::TensorOptions().dtype(at::kFloat));
+            return st == at::kFloat ? p : p.to(st);
+        };
+        x_ = act("x");
+        outputs_["y"] = act("y");
+        weight_ = param("weight");
+        bias_ = param("bias");
+        if (st != at::kFloat && (weight_ || bias_)) note_ = "parameters converted to " + std::string(dtype_name(t_.dtype)) + " once";
+
+        if (l == "layer_norm" || l == "layer_norm_weight_only") {
+            const int64_t d = t_.at("d");
+            op_ = [this, d] { results_["y"] = std::get<0>(at::native_layer_norm(x_, {d}, weight_, bias_, 1e-5)); };
+        } else if (l == "rms_norm") {
+            // LLaMA's RMSNorm (x * rsqrt(mean(x^2) + eps) * w), in f32 for low-precision inputs
+            // as HF's LlamaRMSNorm does, rounded once at the end.
+            const at::Tensor w = *param("weight");
+            op_ = [this, w, st] {
+                at::Tensor xf = st == at::kFloat ? x_ : x_.to(at::kFloat);
+                at::Tensor r = xf * at::rsqrt(xf.pow(2).mean({-1}, true) + 1e-6) * w.to(at::kFloat);
+                results_["y"] = st == at::kFloat ? r : r.to(st);
+            };
+            note_ = "eager composition x * rsqrt(mean(x^2) + eps) * w";
+        } else if (l == "fused_add_rms_norm") {
+            residual_ = act("residual");
+            outputs_["h"] = act("h");
+            const at::Tensor w = *weight_;
+            op_ = [this, w] {
+                at::Tensor h = x_ + residual_;
+                results_["h"] = h;
+                results_["y"] = h * at::rsqrt(h.pow(2).mean({-1}, true) + 1e-6) * w;
+            };
+            note_ = "eager composition h = x + r; h * rsqrt(mean(h^2) + eps) * w";
+        } else if (l == "dyt") {
+            const at::Tensor a = *param("alpha"), w = *weight_, b = *bias_;
+            op_ = [this, a, w, b] { results_["y"] = w * at::tanh(a * x_) + b; };
+            note_ = "eager composition w * tanh(a * x) + b";
+        } else if (l == "batch_norm_train") {
+            const int64_t c = t_.at("c");
+            auto vec = [&](const std::string &name) { return at::from_blob(t_.ptr(name), {c}, at::TensorOptions().dtype(at::kFloat)); };
+            rm_ = vec("running_mean");
+            rv_ = vec("running_var");
+            rmo_ = vec("running_mean_out");
+            rvo_ = vec("running_var_out");
+            op_ = [this] {
+                // Start from the running statistics (ATen updates them in place).
+                rmo_.copy_(rm_);
+                rvo_.copy_(rv_);
+                results_["y"] = std::get<0>(at::native_batch_norm(x_, weight_, bias_, rmo_, rvo_, true, 0.1, 1e-5));
+            };
+            direct_ = {"running_mean_out", "running_var_out"};
+        } else if (l == "batch_norm_eval") {
+            const int64_t c = t_.at("c");
+            auto vec = [&](const std::string &name) { return at::from_blob(t_.ptr(name), {c}, at::TensorOptions().dtype(at::kFloat)); };
+            rm_ = vec("running_mean");
+            rv_ = vec("running_var");
+            op_ = [this] { results_["y"] = std::get<0>(at::native_batch_norm(x_, weight_, bias_, rm_, rv_, false, 0.1, 1e-5)); };
+        } else if (l == "group_norm_nchw" || l == "group_norm_nhwc") {
+            const int64_t n = t_.at("n"), c = t_.at("c"), hw = t_.at("h") * t_.at("w");
+            op_ = [this, n, c, hw] { results_["y"] = std::get<0>(at::native_group_norm(x_, weight_, bias_, n, c, hw, 32, 1e-5)); };
+            if (l == "group_norm_nhwc") note_ = "channels_last input";
+        } else if (l == "instance_norm") {
+            op_ = [this] { results_["y"] = at::instance_norm(x_, {}, {}, {}, {}, true, 0.1, 1e-5, false); };
+        } else {
+            return "no ATen op for '" + l + "'";
+        }
+        return "";
+    }
+
+    ~Torch() override {
+        results_.clear();
+        outputs_.clear();
+        CachingCpuAllocator::get().trim();
+    }
+    void run() override { op_(); }
+    void publish() override {
+        for (auto &[name, r] : results_) outputs_.at(name).copy_(r);
+    }
+
+private:
+    CaseTensors t_;
+    at::Tensor x_, residual_, rm_, rv_, rmo_, rvo_;
+    c10::optional<at::Tensor> weight_, bias_;
+    std::map<std::string, at::Tensor> outputs_, results_;
+    std::vector<std::string> direct_;
+    std::function<void()> op_;
+    std::string note_;
+};
+
+}  // namespace
+
+std::unique_ptr<Baseline> make_torch_baseline(const CaseTensors &t, std::string *why_not) {
+    auto b = std::make_unique<Torch>(t);
+    try {
+        *why_not = b->build();
+    } catch (const std::exception &e) {
+        *why_not = std::string("ATen refused the case: ") + e.what();
+    }
+    if (!why_not->empty()) return nullptr;
+    return b;
+}
+
+std::string torch_version() { return TORCH_VERSION; }
+
+void configure_vendor_threads(int n) {
+    c10::SetCPUAllocator(&CachingCpuAllocator::get(), /*priority=*/100);
+    omp_set_num_threads(n);  // oneDNN's OpenMP runtime (the same libgomp as ATen's)
+    at::set_num_threads(n);
+}
+
+}  // namespace normgen::bench

@@ -1,0 +1,121 @@
+#include "bench/shape_grids.h"
+
+namespace normgen::bench {
+
+std::string GridCase::name() const { return layer + "/" + model + "/" + dtype_name(dtype) + "/" + shape; }
+
+int64_t GridCase::elements() const {
+    int64_t n = 1;
+    for (const auto &[axis, e] : sizes) n *= axis == "g" ? 1 : e;
+    // group_norm_* declare c as (g, cg) with g = 32 fixed: the sizes name cg only.
+    if (layer.rfind("group_norm", 0) == 0) n *= 32;
+    return n;
+}
+
+namespace {
+
+const int64_t kDramBytes = int64_t(512) << 20;  // x + y in f32 beyond this: past the L3
+
+GridCase rows(const std::string &layer, const std::string &model, int64_t tokens, int64_t d, DType t = DType::F32) {
+    GridCase c;
+    c.layer = layer;
+    c.model = model;
+    c.dtype = t;
+    c.sizes = {{"rows", tokens}, {"d", d}};
+    c.shape = std::to_string(tokens) + "x" + std::to_string(d);
+    c.dram = 2 * 4 * tokens * d > kDramBytes;
+    return c;
+}
+
+std::string nchw_label(int64_t n, int64_t c, int64_t h, int64_t w) {
+    return std::to_string(n) + "x" + std::to_string(c) + "x" + std::to_string(h) + "x" + std::to_string(w);
+}
+
+// [n, c, h, w] activations for BatchNorm, InstanceNorm and GroupNorm; the label is always NCHW
+// order for NCHW layers and NHWC order for *_nhwc layers.
+GridCase image(const std::string &layer, const std::string &model, int64_t n, int64_t c, int64_t h, int64_t w) {
+    GridCase g;
+    g.layer = layer;
+    g.model = model;
+    const bool grouped = layer.rfind("group_norm", 0) == 0;
+    g.sizes = {{"n", n}, {"h", h}, {"w", w}};
+    if (grouped)
+        g.sizes["cg"] = c / 32;
+    else
+        g.sizes["c"] = c;
+    const bool nhwc = layer.size() > 5 && layer.compare(layer.size() - 5, 5, "_nhwc") == 0;
+    g.shape = nhwc ? nchw_label(n, h, w, c) : nchw_label(n, c, h, w);
+    g.dram = 2 * 4 * n * c * h * w > kDramBytes;
+    g.full_reference = layer == "batch_norm_train";
+    return g;
+}
+
+void add_transformer(std::vector<GridCase> &out, const std::string &layer) {
+    for (int64_t t : {1, 8, 512, 4096, 16384}) out.push_back(rows(layer, "llama3-8b", t, 4096));
+    for (int64_t t : {1, 8, 512, 4096, 16384}) out.push_back(rows(layer, "llama3-70b", t, 8192));
+    out.push_back(rows(layer, "bert-base", 32 * 512, 768));
+    out.push_back(rows(layer, "vit-l", 64 * 197, 1024));
+    out.push_back(rows(layer, "wide", 64, 65536));
+    out.push_back(rows(layer, "wide", 16, 262144));
+    out.push_back(rows(layer, "llama3-8b", 4096, 4096, DType::BF16));
+    out.push_back(rows(layer, "llama3-70b", 4096, 8192, DType::BF16));
+    out.push_back(rows(layer, "llama3-70b", 16384, 8192, DType::BF16));
+}
+
+// ResNet-50 at batch 32: the activations each stage normalizes (conv1 and the 1x1/3x3 widths of
+// stages 1-4), and a batch-64 stage-1 tensor past the L3.
+void add_resnet(std::vector<GridCase> &out, const std::string &layer) {
+    out.push_back(image(layer, "resnet50", 32, 64, 112, 112));
+    out.push_back(image(layer, "resnet50", 32, 256, 56, 56));
+    out.push_back(image(layer, "resnet50", 32, 512, 28, 28));
+    out.push_back(image(layer, "resnet50", 32, 1024, 14, 14));
+    out.push_back(image(layer, "resnet50", 32, 2048, 7, 7));
+    out.push_back(image(layer, "resnet50-b64", 64, 256, 56, 56));
+}
+
+// Stable Diffusion's UNet (512 px: latents 64^2 down to 8^2; batch 2 = one prompt with
+// classifier-free guidance, batch 8 = four), and SDXL-size 128^2 latents past the L3.
+void add_unet(std::vector<GridCase> &out, const std::string &layer) {
+    out.push_back(image(layer, "sd-unet", 2, 320, 64, 64));
+    out.push_back(image(layer, "sd-unet", 8, 320, 64, 64));
+    out.push_back(image(layer, "sd-unet", 8, 640, 32, 32));
+    out.push_back(image(layer, "sd-unet", 8, 1280, 16, 16));
+    out.push_back(image(layer, "sd-unet", 8, 1280, 8, 8));
+    out.push_back(image(layer, "sdxl-unet", 8, 320, 128, 128));
+}
+
+}  // namespace
+
+std::vector<GridCase> model_grid() {
+    std::vector<GridCase> g;
+    add_transformer(g, "layer_norm");
+    add_transformer(g, "rms_norm");
+    g.push_back(rows("layer_norm_weight_only", "llama3-8b", 4096, 4096));
+    g.push_back(rows("layer_norm_weight_only", "llama3-70b", 16384, 8192));
+    g.push_back(rows("dyt", "vit-b", 64 * 197, 768));
+    g.push_back(rows("dyt", "llama3-8b", 4096, 4096));
+    g.push_back(rows("dyt", "llama3-70b", 16384, 8192));
+    g.push_back(rows("fused_add_rms_norm", "llama3-8b", 4096, 4096));
+    g.push_back(rows("fused_add_rms_norm", "llama3-70b", 16384, 8192));
+    add_resnet(g, "batch_norm_train");
+    add_resnet(g, "batch_norm_eval");
+    add_unet(g, "group_norm_nchw");
+    add_unet(g, "group_norm_nhwc");
+    g.push_back(image("instance_norm", "sd-unet", 8, 320, 64, 64));
+    g.push_back(image("instance_norm", "sdxl-unet", 8, 320, 128, 128));
+    return g;
+}
+
+std::vector<GridCase> short_grid() {
+    std::vector<GridCase> g;
+    for (const char *l : {"layer_norm", "rms_norm"}) {
+        g.push_back(rows(l, "llama3-8b", 4096, 4096));
+        g.push_back(rows(l, "llama3-70b", 16384, 8192));
+    }
+    g.push_back(rows("dyt", "vit-b", 64 * 197, 768));
+    g.push_back(image("batch_norm_train", "resnet50", 32, 256, 56, 56));
+    g.push_back(image("group_norm_nchw", "sd-unet", 8, 320, 64, 64));
+    return g;
+}
+
+}  // namespace normgen::bench

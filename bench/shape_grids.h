@@ -1,0 +1,46 @@
+// The benchmark shapes, named after the models they come from: one place, used by the benchmark
+// (bench/normgen_bench.cpp) and by the tests (tests/bench/grid_test.cpp verifies every layer of the
+// grid on the grid's own shapes, scaled down where a shape is too big for a unit test).
+#pragma once
+
+#include "dsl/norm_spec.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace normgen::bench {
+
+struct GridCase {
+    std::string layer;                     // catalog layer, e.g. "layer_norm"
+    std::string model;                     // where the shape comes from, e.g. "llama3-8b"
+    DType dtype = DType::F32;
+    std::map<std::string, int64_t> sizes;  // extent of each atomic axis of the layer, by name
+    std::string shape;                     // the tensor's shape as the model sees it, e.g. "4096x4096"
+    // The case meant to be bigger than the last-level cache (x + y over 512 MiB; this machine
+    // kind's L3 is 260 MiB): judged against the non-temporal-store copy.
+    bool dram = false;
+    // When the reference check must evaluate the whole tensor (statistics reduce over the
+    // outermost axis: BatchNorm training).
+    bool full_reference = false;
+    std::string name() const;              // "layer_norm/llama3-8b/f32/4096x4096"
+    int64_t elements() const;              // elements of x
+};
+
+// Every case of the full grid, in the order the benchmark runs them (by layer, then by size).
+//   LayerNorm, RMSNorm: LLaMA-3 8B / 70B (d = 4096 / 8192; tokens 1, 8, 512, 4096, 16384), BERT-base
+//     (32 x 512 tokens, d = 768), ViT-L (64 x 197 tokens, d = 1024), wide rows (d = 65536, 262144),
+//     bf16 at LLaMA shapes; LayerNorm without shift (oneDNN's no-shift form) at LLaMA-3 8B;
+//   BatchNorm train / eval: ResNet-50's stages at batch 32 ([32, C, H, W]);
+//   GroupNorm NCHW / NHWC: Stable-Diffusion UNet blocks ([2..8, 320..1280, 64^2..8^2], 32 groups);
+//   InstanceNorm: the same UNet activations;
+//   DyT: ViT-B (64 x 197 tokens x 768) and LLaMA-3 8B;
+//   and per layer one DRAM-sized case (dram = true).
+std::vector<GridCase> model_grid();
+
+// The short grid of the README's run command (about two minutes with every implementation): one
+// cache-resident and one DRAM-sized case per headline layer.
+std::vector<GridCase> short_grid();
+
+}  // namespace normgen::bench

@@ -1,0 +1,335 @@
+#include "codegen/driver/report.h"
+
+#include "runtime/errors.h"
+#include "report_plot_script.h"  // generated from bench/report_plot.py: kReportPlotScript
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <vector>
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace normgen {
+namespace {
+
+const char *const kVendors[] = {"onednn", "torch"};
+const char *const kImpls[] = {"normgen", "onednn", "torch", "scalar"};
+
+struct Measure {
+    double gbps = 0;
+    double bytes = 0;  // per call
+};
+
+struct Case {
+    std::string layer, model, dtype, shape;
+    int order = 0;                         // first appearance in the file
+    std::map<std::string, Measure> impl;   // by implementation
+    std::map<std::string, std::string> error;
+    double copy_nt = 0, copy_plain = 0, read = 0, bytes = 0;
+    std::string key() const { return layer + "/" + model + "/" + dtype + "/" + shape; }
+    std::string label() const { return model + " " + shape + (dtype == "f32" ? "" : " " + dtype); }
+    bool dram = false;
+    // Best vendor GB/s and which; 0 when no vendor ran.
+    std::pair<double, std::string> best_vendor() const {
+        std::pair<double, std::string> b{0, ""};
+        for (const char *v : kVendors) {
+            auto it = impl.find(v);
+            if (it != impl.end() && it->second.gbps > b.first) b = {it->second.gbps, v};
+        }
+        return b;
+    }
+};
+
+// "layer/model/dtype/shape/impl/min_time:0.100/repeats:3/real_time" -> the five leading parts.
+bool split_name(const std::string &run_name, std::vector<std::string> &parts) {
+    parts.clear();
+    std::stringstream ss(run_name);
+    std::string p;
+    while (std::getline(ss, p, '/'))
+        if (p.find(':') == std::string::npos && p != "real_time" && p != "process_time") parts.push_back(p);
+    return parts.size() == 5;
+}
+
+double num(const json &j, const char *key) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+double seconds_of(const json &b) {
+    const double t = num(b, "real_time");
+    const std::string u = b.value("time_unit", "ns");
+    const double scale = u == "s" ? 1 : u == "ms" ? 1e-3 : u == "us" ? 1e-6 : 1e-9;
+    return t * scale;
+}
+
+std::string fixed(double v, int prec) {
+    std::ostringstream o;
+    o << std::fixed << std::setprecision(prec) << v;
+    return o.str();
+}
+
+std::string md_escape(std::string s) {
+    for (size_t i = 0; (i = s.find('|', i)) != std::string::npos; i += 2) s.replace(i, 1, "\\|");
+    return s;
+}
+
+struct Parsed {
+    std::vector<Case> cases;
+    json context;
+    size_t ignored = 0;
+};
+
+Parsed parse(const std::string &path) {
+    std::ifstream in(path);
+    if (!in) throw UserError("cannot open '" + path + "'");
+    json j;
+    try {
+        j = json::parse(in);
+    } catch (const json::parse_error &e) {
+        throw UserError("'" + path + "' is not valid JSON: " + e.what());
+    }
+    if (!j.is_object() || !j.contains("benchmarks") || !j["benchmarks"].is_array())
+        throw UserError("'" + path + "' has no \"benchmarks\" array: not Google Benchmark JSON (run normgen_bench with "
+                        "--benchmark_out=FILE --benchmark_out_format=json)");
+    Parsed r;
+    r.context = j.value("context", json::object());
+    std::map<std::string, size_t> index;
+    // Medians where the run has aggregates; single iterations otherwise.
+    std::set<std::string> has_median;
+    for (const json &b : j["benchmarks"])
+        if (b.value("aggregate_name", "") == "median") has_median.insert(b.value("run_name", ""));
+    std::vector<std::string> parts;
+    for (const json &b : j["benchmarks"]) {
+        if (!b.is_object()) continue;
+        const std::string run_name = b.value("run_name", b.value("name", ""));
+        if (!split_name(run_name, parts)) {
+            ++r.ignored;
+            continue;
+        }
+        const bool error = b.value("error_occurred", false);
+        const bool median = b.value("aggregate_name", "") == "median";
+        if (!error && !median && (b.value("run_type", "") == "aggregate" || has_median.count(run_name))) continue;
+        Case c;
+        c.layer = parts[0];
+        c.model = parts[1];
+        c.dtype = parts[2];
+        c.shape = parts[3];
+        auto it = index.find(c.key());
+        if (it == index.end()) {
+            c.order = (int)r.cases.size();
+            it = index.emplace(c.key(), r.cases.size()).first;
+            r.cases.push_back(c);
+        }
+        Case &dst = r.cases[it->second];
+        const std::string &impl = parts[4];
+        if (error) {
+            dst.error[impl] = b.value("error_message", "error");
+            continue;
+        }
+        Measure m;
+        m.gbps = num(b, "GBps");
+        if (m.gbps <= 0) m.gbps = num(b, "bytes_per_second") / 1e9;
+        m.bytes = num(b, "bytes_per_second") * seconds_of(b);
+        dst.impl[impl] = m;
+        dst.copy_nt = std::max(dst.copy_nt, num(b, "copy_nt_GBps"));
+        dst.copy_plain = std::max(dst.copy_plain, num(b, "copy_plain_GBps"));
+        dst.read = std::max(dst.read, num(b, "read_GBps"));
+        dst.bytes = std::max(dst.bytes, m.bytes);
+    }
+    if (r.cases.empty())
+        throw UserError("'" + path + "' has no normgen_bench rows (names like layer_norm/llama3-8b/f32/4096x4096/normgen)");
+    return r;
+}
+
+std::string context_line(const json &c) {
+    std::ostringstream o;
+    auto s = [&](const char *k) { return c.contains(k) && c[k].is_string() ? c[k].get<std::string>() : std::string(); };
+    o << s("host_name") << ", " << c.value("num_cpus", 0) << " CPUs";
+    if (!s("threads").empty()) o << ", threads: " << s("threads");
+    if (!s("kernel_isa").empty()) o << ", kernels: " << s("kernel_isa");
+    if (!s("onednn").empty()) o << ", oneDNN " << s("onednn");
+    if (!s("torch").empty()) o << ", PyTorch " << s("torch");
+    if (!s("date").empty()) o << ", " << s("date");
+    return o.str();
+}
+
+double geomean(const std::vector<double> &v) {
+    if (v.empty()) return 0;
+    double s = 0;
+    for (double x : v) s += std::log(x);
+    return std::exp(s / v.size());
+}
+
+}  // namespace
+
+int run_report(const ReportOptions &opt) {
+    Parsed p = parse(opt.input);
+    // The DRAM-sized case of a layer: its largest byte count beyond 512 MiB (bench/shape_grids.h).
+    std::map<std::string, std::vector<Case *>> by_layer;
+    std::vector<std::string> layers;
+    for (Case &c : p.cases) {
+        if (!by_layer.count(c.layer)) layers.push_back(c.layer);
+        by_layer[c.layer].push_back(&c);
+        c.dram = c.bytes > 512.0 * 1048576;
+    }
+    for (auto &[l, cs] : by_layer) std::stable_sort(cs.begin(), cs.end(), [](const Case *a, const Case *b) { return a->bytes < b->bytes; });
+
+    std::ostringstream md, summary, losses, tables;
+    json plot = {{"context", p.context.value("host_name", std::string("normgen_bench"))}, {"layers", json::array()}};
+    std::vector<double> all_speedups;
+    int n_losses = 0;
+
+    summary << "| layer | cases | normgen at the DRAM-sized case | % of NT copy there | geo-mean vs best vendor | cases < 1.0x |\n"
+               "|---|---:|---|---:|---:|---:|\n";
+    for (const std::string &layer : layers) {
+        const std::vector<Case *> &cs = by_layer[layer];
+        std::vector<double> speedups;
+        int below = 0;
+        const Case *dram = nullptr;
+        for (const Case *c : cs)
+            if (c->dram && c->impl.count("normgen") && (!dram || c->impl.at("normgen").gbps > dram->impl.at("normgen").gbps)) dram = c;
+
+        tables << "\n## " << layer << "\n\n"
+               << "| case | MiB | normgen | oneDNN | PyTorch | scalar | copy nt / plain | read | % NT copy | % best copy | vs best vendor |\n"
+               << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+        std::map<std::string, std::string> notes;  // "impl: message" -> first case
+        json series = json::object(), roof = {{"copy_nt", json::array()}, {"copy_plain", json::array()}, {"read", json::array()}};
+        for (const char *i : kImpls) series[i] = json::array();
+        json labels = json::array();
+        for (const Case *c : cs) {
+            auto cell = [&](const char *impl) -> std::string {
+                auto it = c->impl.find(impl);
+                if (it != c->impl.end()) return fixed(it->second.gbps, 2);
+                auto e = c->error.find(impl);
+                if (e != c->error.end()) {
+                    notes.emplace(std::string(impl) + ": " + e->second, c->label());
+                    return e->second.rfind("unsupported", 0) == 0 ? "n/a" : "FAIL";
+                }
+                return "";
+            };
+            const double best_copy = std::max(c->copy_nt, c->copy_plain);
+            std::string ng = cell("normgen"), pct_nt, pct_best, vs;
+            auto bv = c->best_vendor();
+            if (c->impl.count("normgen")) {
+                const double g = c->impl.at("normgen").gbps;
+                if (c->copy_nt > 0) pct_nt = fixed(100 * g / c->copy_nt, 0) + "%";
+                if (best_copy > 0) pct_best = fixed(100 * g / best_copy, 0) + "%";
+                if (bv.first > 0) {
+                    const double s = g / bv.first;
+                    speedups.push_back(s);
+                    all_speedups.push_back(s);
+                    vs = fixed(s, 2) + "x";
+                    if (s < 1.0) {
+                        ++below;
+                        ++n_losses;
+                        vs = "**" + vs + "**";
+                        losses << "- " << c->key() << ": normgen " << fixed(g, 2) << " GB/s, " << bv.second << " " << fixed(bv.first, 2)
+                               << " GB/s (" << fixed(s, 2) << "x)\n";
+                    }
+                }
+            }
+            tables << "| " << c->label() << " | " << fixed(c->bytes / 1048576.0, 1) << " | " << (ng.empty() ? "" : "**" + ng + "**") << " | "
+                   << cell("onednn") << " | " << cell("torch") << " | " << cell("scalar") << " | " << fixed(c->copy_nt, 1) << " / "
+                   << fixed(c->copy_plain, 1) << " | " << fixed(c->read, 1) << " | " << pct_nt << " | " << pct_best << " | " << vs << " |\n";
+            labels.push_back(c->label());
+            for (const char *i : kImpls) {
+                auto it = c->impl.find(i);
+                series[i].push_back(it == c->impl.end() ? json() : json(it->second.gbps));
+            }
+            roof["copy_nt"].push_back(c->copy_nt > 0 ? json(c->copy_nt) : json());
+            roof["copy_plain"].push_back(c->copy_plain > 0 ? json(c->copy_plain) : json());
+            roof["read"].push_back(c->read > 0 ? json(c->read) : json());
+        }
+        for (const auto &[n, first] : notes) tables << "\n- " << md_escape(n) << " (first at " << first << ")";
+        if (!notes.empty()) tables << "\n";
+        if (opt.plots) tables << "\n![" << layer << "](" << layer << ".png)\n";
+        json present = json::object();
+        for (auto &[impl, ys] : series.items()) {
+            bool any = false;
+            for (const json &v : ys) any = any || !v.is_null();
+            if (any) present[impl] = ys;
+        }
+        plot["layers"].push_back({{"name", layer}, {"cases", labels}, {"series", present}, {"rooflines", roof}});
+
+        summary << "| " << layer << " | " << cs.size() << " | ";
+        if (dram)
+            summary << fixed(dram->impl.at("normgen").gbps, 2) << " GB/s (" << dram->label() << ") | "
+                    << (dram->copy_nt > 0 ? fixed(100 * dram->impl.at("normgen").gbps / dram->copy_nt, 0) + "%" : "") << " | ";
+        else
+            summary << "— | — | ";
+        summary << (speedups.empty() ? "no vendor" : fixed(geomean(speedups), 2) + "x") << " | " << below << " |\n";
+    }
+
+    md << "# normgen benchmark report\n\n"
+       << "Generated by `normgen report " << fs::path(opt.input).filename().string() << "` from Google Benchmark JSON of `normgen_bench`.\n"
+       << "Machine: " << context_line(p.context) << ".\n\n"
+       << "GB/s count the floor traffic of each case (x read once, y written once, plus parameters and\n"
+       << "extra outputs), the same byte count for every implementation; medians of the repetitions.\n"
+       << "`% NT copy`: of the copy with non-temporal stores at the same byte count and thread count;\n"
+       << "`% best copy`: of the faster of the two copies. `vs best vendor`: normgen / max(oneDNN, PyTorch);\n"
+       << "every implementation was checked against the float64 reference before it was timed.\n\n"
+       << "## Summary\n\n"
+       << summary.str() << "\n"
+       << "Across the grid: geo-mean " << (all_speedups.empty() ? std::string("—") : fixed(geomean(all_speedups), 2) + "x")
+       << " over the best vendor on " << all_speedups.size() << " cases with a vendor; normgen is slower on " << n_losses << ".\n\n"
+       << "## Where normgen loses\n\n"
+       << (n_losses ? losses.str() : std::string("Nowhere: no case below 1.0x.\n")) << tables.str();
+
+    // Everything is computed: now write.
+    std::error_code ec;
+    fs::create_directories(opt.out_dir, ec);
+    if (ec) throw UserError("cannot create '" + opt.out_dir + "': " + ec.message());
+    const fs::path dir(opt.out_dir);
+    {
+        std::ofstream f(dir / "report.md");
+        f << md.str();
+        if (!f) throw UserError("cannot write '" + (dir / "report.md").string() + "'");
+    }
+    {
+        std::ofstream f(dir / "data.json");
+        f << plot.dump(1) << "\n";
+    }
+    std::cerr << "normgen report: " << p.cases.size() << " cases, " << layers.size() << " layers -> " << (dir / "report.md").string() << "\n";
+    if (p.ignored) std::cerr << "normgen report: ignored " << p.ignored << " rows that are not CASE/IMPL rows (e.g. copy rows)\n";
+    if (opt.print) std::cout << md.str();
+    if (!opt.plots) return 0;
+
+    if (dir.string().find('\'') != std::string::npos) {
+        std::cerr << "normgen report: plots skipped: the output folder's name contains a quote\n";
+        return 0;
+    }
+    // Debian's python3 has python3-matplotlib; a python3 earlier on PATH (a venv) may not.
+    std::string python;
+    for (const char *c : {"python3", "/usr/bin/python3"})
+        if (std::system((std::string(c) + " -c 'import matplotlib' >/dev/null 2>&1").c_str()) == 0) {
+            python = c;
+            break;
+        }
+    const std::string cmd = python + " - '" + (dir / "data.json").string() + "' '" + dir.string() + "'";
+    FILE *py = python.empty() ? nullptr : popen(cmd.c_str(), "w");
+    int rc = -1;
+    if (py) {
+        std::fputs(kReportPlotScript, py);
+        rc = pclose(py);
+    }
+    if (rc != 0)
+        std::cerr << "normgen report: plots skipped: `python3` with matplotlib (Debian: python3-matplotlib) failed or is missing; "
+                     "report.md is complete\n";
+    else
+        std::cerr << "normgen report: plots " << (dir / "<layer>.png").string() << "\n";
+    return 0;
+}
+
+}  // namespace normgen
