@@ -6,7 +6,7 @@ std::string GridCase::name() const { return layer + "/" + model + "/" + dtype_na
 
 int64_t GridCase::elements() const {
     int64_t n = 1;
-    for (const auto &[axis, e] : sizes) n *= axis == "g" ? 1 : e;
+    for (const auto &[axis, e] : sizes) n *= e;
     // group_norm_* declare c as (g, cg) with g = 32 fixed: the sizes name cg only.
     if (layer.rfind("group_norm", 0) == 0) n *= 32;
     return n;
@@ -63,25 +63,25 @@ void add_transformer(std::vector<GridCase> &out, const std::string &layer) {
 }
 
 // ResNet-50 at batch 32: the activations each stage normalizes (conv1 and the 1x1/3x3 widths of
-// stages 1-4), and a batch-64 stage-1 tensor past the L3.
+// stages 1-4), and a batch-128 stage-1 tensor past the L3.
 void add_resnet(std::vector<GridCase> &out, const std::string &layer) {
     out.push_back(image(layer, "resnet50", 32, 64, 112, 112));
     out.push_back(image(layer, "resnet50", 32, 256, 56, 56));
     out.push_back(image(layer, "resnet50", 32, 512, 28, 28));
     out.push_back(image(layer, "resnet50", 32, 1024, 14, 14));
     out.push_back(image(layer, "resnet50", 32, 2048, 7, 7));
-    out.push_back(image(layer, "resnet50-b64", 64, 256, 56, 56));
+    out.push_back(image(layer, "resnet50-b128", 128, 256, 56, 56));
 }
 
 // Stable Diffusion's UNet (512 px: latents 64^2 down to 8^2; batch 2 = one prompt with
-// classifier-free guidance, batch 8 = four), and SDXL-size 128^2 latents past the L3.
+// classifier-free guidance, batch 8 = four), and SDXL-size 128^2 latents (batch 16) past the L3.
 void add_unet(std::vector<GridCase> &out, const std::string &layer) {
     out.push_back(image(layer, "sd-unet", 2, 320, 64, 64));
     out.push_back(image(layer, "sd-unet", 8, 320, 64, 64));
     out.push_back(image(layer, "sd-unet", 8, 640, 32, 32));
     out.push_back(image(layer, "sd-unet", 8, 1280, 16, 16));
     out.push_back(image(layer, "sd-unet", 8, 1280, 8, 8));
-    out.push_back(image(layer, "sdxl-unet", 8, 320, 128, 128));
+    out.push_back(image(layer, "sdxl-unet", 16, 320, 128, 128));
 }
 
 }  // namespace
@@ -102,7 +102,7 @@ std::vector<GridCase> model_grid() {
     add_unet(g, "group_norm_nchw");
     add_unet(g, "group_norm_nhwc");
     g.push_back(image("instance_norm", "sd-unet", 8, 320, 64, 64));
-    g.push_back(image("instance_norm", "sdxl-unet", 8, 320, 128, 128));
+    g.push_back(image("instance_norm", "sdxl-unet", 16, 320, 128, 128));
     return g;
 }
 

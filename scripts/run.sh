@@ -5,8 +5,10 @@
 #   1. check every declaration;
 #   2. verify every layer's kernels against the float64 reference (a spread of the shape sweep;
 #      the tests run all of it);
-#   3. a short benchmark (about two minutes): GB/s and the fraction of the copy bandwidth;
-#   4. the table of what each layer is.
+#   3. the table of what each layer is;
+#   4. a short benchmark (about two minutes: bench/shape_grids.h short_grid()) of the kernels beside
+#      oneDNN, PyTorch, a scalar baseline and the copy rooflines, and its report table
+#      (build/report-short/report.md; the full grid: scripts/bench.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh
@@ -22,10 +24,14 @@ build/bin/normgen verify dsl/catalog/*.norm --dtype all --target host,x86-64-avx
 grep -E "FAIL|passed" build/verify.txt || true
 echo "(the whole table: build/verify.txt)"
 echo
-echo "== 3. short benchmark (build/bin/normgen_bench; the full grid: scripts/bench.sh)"
-build/bin/normgen_bench --benchmark_filter="${NORMGEN_RUN_BENCH_FILTER:-^(layer_norm|rms_norm)/f32/4096x4096/|^dyt/|^group_norm_nhwc/|^batch_norm_train/}" \
-  --benchmark_out=build/bench_short.json --benchmark_out_format=json 2>/dev/null | grep -vE "^\*\*\*|^-+$" || true
-echo
-echo "== 4. normgen catalog dsl/catalog/*.norm"
+echo "== 3. normgen catalog dsl/catalog/*.norm"
 build/bin/normgen catalog dsl/catalog/*.norm
+echo
+echo "== 4. short benchmark: build/bin/normgen_bench --normgen_grid=short, then normgen report (the full grid: scripts/bench.sh)"
+build/bin/normgen_bench --normgen_grid=short --benchmark_out=build/bench_short.json --benchmark_out_format=json \
+  ${NORMGEN_RUN_BENCH_FILTER:+--benchmark_filter="$NORMGEN_RUN_BENCH_FILTER"} > build/bench_short.txt 2>&1 || {
+  tail -20 build/bench_short.txt; echo "normgen_bench failed (the whole log: build/bench_short.txt)"; exit 1; }
+grep -E "FAILED" build/bench_short.txt || true
+build/bin/normgen report build/bench_short.json -o build/report-short --print
+echo "(the report with plots: build/report-short/report.md; the benchmark log: build/bench_short.txt)"
 exit $verify_rc

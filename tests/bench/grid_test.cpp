@@ -1,0 +1,139 @@
+// The benchmark's shape grids (bench/shape_grids.h) and baselines (bench/baseline.h): every case
+// fits its catalog layer; on the grid's cache-sized cases the generated kernel and every baseline
+// (scalar, oneDNN, PyTorch) pass the same reference check the benchmark runs before timing; and
+// that check rejects a baseline that computes something else.
+#include "bench/baseline.h"
+#include "bench/kernel_case.h"
+#include "bench/shape_grids.h"
+#include "bench/thread_pool.h"
+#include "dsl/checker.h"
+#include "runtime/half.h"
+#include "runtime/kernel_table.h"
+#include "runtime/registry.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <set>
+
+using namespace normgen;
+using namespace normgen::bench;
+
+namespace {
+
+const Registry &registry() {
+    static Registry r = Registry::load(NORMGEN_DEFAULT_MANIFEST, kKernelTable, kKernelTableSize);
+    return r;
+}
+
+CaseSpec spec_of(const GridCase &g) {
+    CaseSpec c;
+    c.layer = g.layer;
+    c.model = g.model;
+    c.dtype = g.dtype;
+    c.sizes = g.sizes;
+    c.shape_label = g.shape;
+    c.full_reference = g.full_reference;
+    return c;
+}
+
+// Which vendor has which layer (bench/baseline_onednn.cpp says why not for the rest).
+bool onednn_has(const std::string &layer) {
+    static const std::set<std::string> has{"layer_norm", "layer_norm_weight_only", "batch_norm_train", "batch_norm_eval", "instance_norm"};
+    return has.count(layer) != 0;
+}
+
+}  // namespace
+
+TEST_CASE("every grid case names a catalog layer and exactly its free axes", "[bench]") {
+    std::set<std::string> names, layers_with_dram, layers;
+    for (const GridCase &g : model_grid()) {
+        INFO(g.name());
+        CHECK(names.insert(g.name()).second);
+        NormSpec spec = load_norm_file(std::string(NORMGEN_SOURCE_DIR) + "/dsl/catalog/" + g.layer + ".norm");
+        std::set<std::string> free;
+        for (const Axis &a : spec.axes)
+            if (!a.is_split() && !a.fixed_extent) free.insert(a.name);
+        std::set<std::string> given;
+        for (const auto &[axis, e] : g.sizes) {
+            given.insert(axis);
+            CHECK(e > 0);
+        }
+        CHECK(given == free);
+        CHECK(g.dram == (g.elements() * 8 > (int64_t(512) << 20)));
+        layers.insert(g.layer);
+        if (g.dram) layers_with_dram.insert(g.layer);
+    }
+    CHECK(layers_with_dram == layers);  // one DRAM-sized case per layer, at least
+    for (const GridCase &g : short_grid()) CHECK(names.count(g.name()) == 1);
+}
+
+TEST_CASE("on the grid's small cases the kernel and every baseline pass the reference check", "[bench]") {
+    configure_threads();
+    configure_vendor_threads(bench_threads());
+    int checked = 0;
+    for (const GridCase &g : model_grid()) {
+        if (g.elements() > (int64_t(1) << 22)) continue;
+        INFO(g.name());
+        KernelCase kc(registry(), spec_of(g), 1234);
+        REQUIRE(kc.error() == "");
+        for (const std::string &impl : baseline_names()) {
+            INFO(impl);
+            std::string why;
+            std::unique_ptr<Baseline> b = make_baseline(impl, kc.tensors(), &why);
+            if (impl == "onednn" && !onednn_has(g.layer)) {
+                CHECK(b == nullptr);
+                CHECK(why.find("no ") != std::string::npos);
+                continue;
+            }
+            REQUIRE(b != nullptr);
+            CHECK(kc.check_baseline(*b) == "");
+            ++checked;
+        }
+    }
+    CHECK(checked >= 40);
+}
+
+namespace {
+
+// A baseline that runs the real scalar implementation, then spoils its output.
+class Spoiled : public Baseline {
+public:
+    enum Kind { Scale, Unwritten, Nan };
+    Spoiled(std::unique_ptr<Baseline> inner, const CaseTensors &t, Kind k) : inner_(std::move(inner)), t_(t), k_(k) {}
+    void run() override {
+        inner_->run();
+        float *y = t_.f32("y");
+        const int64_t n = t_.at("rows") * t_.at("d");
+        switch (k_) {
+        case Scale: y[n / 2] *= 1.001f; break;
+        case Unwritten: std::memset(&y[n - 1], 0xff, sizeof(float)); break;
+        case Nan: y[0] = std::nanf(""); break;
+        }
+    }
+    std::vector<std::string> writes() const override { return inner_->writes(); }
+
+private:
+    std::unique_ptr<Baseline> inner_;
+    CaseTensors t_;
+    Kind k_;
+};
+
+}  // namespace
+
+TEST_CASE("the check rejects a baseline that is off by 1e-3 in one element, leaves one unwritten, or writes NaN", "[bench]") {
+    configure_threads();
+    CaseSpec c;
+    c.layer = "layer_norm";
+    c.dtype = DType::F32;
+    c.sizes = {{"rows", 5}, {"d", 333}};  // <= 6 rows: every row is checked
+    c.shape_label = "5x333";
+    KernelCase kc(registry(), c, 99);
+    REQUIRE(kc.error() == "");
+    std::string why;
+    REQUIRE(kc.check_baseline(*make_baseline("scalar", kc.tensors(), &why)) == "");
+    for (Spoiled::Kind k : {Spoiled::Scale, Spoiled::Unwritten, Spoiled::Nan}) {
+        Spoiled s(make_baseline("scalar", kc.tensors(), &why), kc.tensors(), k);
+        CHECK(kc.check_baseline(s) != "");
+    }
+}

@@ -1,0 +1,122 @@
+// `normgen report` on a small, hand-made Google Benchmark JSON (tests/cli/data/bench_small.json):
+// three cases, one of them a loss, one vendor row that is an "unsupported" error, mean rows that
+// must be ignored in favour of medians, and a copy row that is not a case.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <sys/wait.h>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+    int code;
+    std::string out;
+};
+
+Result run(const std::string &args) {
+    std::string cmd = std::string(NORMGEN_BINARY_DIR) + "/bin/normgen " + args + " 2>&1";
+    FILE *p = popen(cmd.c_str(), "r");
+    REQUIRE(p);
+    std::string out;
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+    int status = pclose(p);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+fs::path fresh_dir() {
+    static std::mt19937_64 rng(std::random_device{}());
+    return fs::temp_directory_path() / ("normgen-report-" + std::to_string(rng()));
+}
+
+std::string read(const fs::path &p) {
+    std::ifstream f(p, std::ios::binary);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+}
+
+const std::string kSmall = std::string(NORMGEN_SOURCE_DIR) + "/tests/cli/data/bench_small.json";
+
+}  // namespace
+
+TEST_CASE("report: tables, speedups, losses, unsupported vendors and plots from a small JSON", "[cli][report]") {
+    fs::path dir = fresh_dir();
+    Result r = run("report " + kSmall + " -o " + dir.string());
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    const std::string md = read(dir / "report.md");
+    // Medians, not the mean row (99 GB/s) of the scalar baseline.
+    CHECK(md.find("| llama3-8b 4096x4096 | 128.0 | **30.00** | 20.00 | 10.00 | 8.00 | 40.0 / 25.0 | 30.0 | 75% | 75% | 1.50x |") !=
+          std::string::npos);
+    CHECK(md.find("99.00") == std::string::npos);
+    // The loss: 16 vs oneDNN's 18 at the DRAM-sized case, listed and in bold.
+    CHECK(md.find("- layer_norm/llama3-70b/f32/16384x8192: normgen 16.00 GB/s, onednn 18.00 GB/s (0.89x)") != std::string::npos);
+    CHECK(md.find("**0.89x**") != std::string::npos);
+    // Summary: LayerNorm's DRAM case at 40% of the NT copy; geo-mean sqrt(1.5 * 0.889) = 1.15.
+    CHECK(md.find("| layer_norm | 2 | 16.00 GB/s (llama3-70b 16384x8192) | 40% | 1.15x | 1 |") != std::string::npos);
+    // RMSNorm: oneDNN has no primitive -> n/a and the reason; the best vendor is PyTorch (4x).
+    CHECK(md.find("| llama3-8b 4096x4096 | 128.0 | **24.00** | n/a | 6.00 | 12.00 |") != std::string::npos);
+    CHECK(md.find("onednn: unsupported: oneDNN 2.6 has no RMSNorm primitive") != std::string::npos);
+    CHECK(md.find("| rms_norm | 1 | — | — | 4.00x | 0 |") != std::string::npos);
+    // (1.5 x 0.889 x 4)^(1/3)
+    CHECK(md.find("geo-mean 1.75x over the best vendor on 3 cases with a vendor; normgen is slower on 1") != std::string::npos);
+    CHECK(r.out.find("ignored 1 rows") != std::string::npos);  // the copy row
+    // One PNG per layer (python3-matplotlib is installed by scripts/install-deps.sh).
+    for (const char *l : {"layer_norm", "rms_norm"}) {
+        const std::string png = read(dir / (std::string(l) + ".png"));
+        REQUIRE(png.size() > 1000);
+        CHECK(png.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+    }
+    fs::remove_all(dir);
+}
+
+TEST_CASE("report: bad input is refused and nothing is written", "[cli][report]") {
+    fs::path dir = fresh_dir();
+    SECTION("missing file") {
+        Result r = run("report /nonexistent/bench.json -o " + dir.string());
+        CHECK(r.code == 1);
+        CHECK(r.out.find("cannot open") != std::string::npos);
+    }
+    SECTION("malformed JSON") {
+        fs::path bad = fs::temp_directory_path() / "normgen-report-bad.json";
+        std::ofstream(bad) << "{\"benchmarks\": [ {\"name\": ";
+        Result r = run("report " + bad.string() + " -o " + dir.string());
+        CHECK(r.code == 1);
+        CHECK(r.out.find("not valid JSON") != std::string::npos);
+        fs::remove(bad);
+    }
+    SECTION("JSON without benchmark rows") {
+        fs::path bad = fs::temp_directory_path() / "normgen-report-empty.json";
+        std::ofstream(bad) << "{\"benchmarks\": [{\"name\": \"copy/nt/1024\", \"run_name\": \"copy/nt/1024\"}]}";
+        Result r = run("report " + bad.string() + " -o " + dir.string());
+        CHECK(r.code == 1);
+        CHECK(r.out.find("no normgen_bench rows") != std::string::npos);
+        fs::remove(bad);
+    }
+    SECTION("no output folder") {
+        Result r = run("report " + kSmall);
+        CHECK(r.code == 1);
+        CHECK(r.out.find("give -o DIR") != std::string::npos);
+    }
+    CHECK_FALSE(fs::exists(dir));
+}
+
+TEST_CASE("report: --no-plots writes the markdown only; --print echoes it", "[cli][report]") {
+    fs::path dir = fresh_dir();
+    Result r = run("report " + kSmall + " -o " + dir.string() + " --no-plots --print");
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("# normgen benchmark report") != std::string::npos);
+    CHECK(fs::exists(dir / "report.md"));
+    CHECK_FALSE(fs::exists(dir / "layer_norm.png"));
+    CHECK(read(dir / "report.md").find("![layer_norm]") == std::string::npos);
+    fs::remove_all(dir);
+}
