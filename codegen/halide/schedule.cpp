@@ -61,6 +61,34 @@ bool is_lane_func(const ReductionFuncs &rf, const Func &f) {
 // rstd off by 1.4e-5 relative, past the verifier's 1e-5.)
 constexpr int kBlock = 64;
 
+// Sums along rv[0] (contiguous) in vectors and blocks of kBlock vectors, rfactored: intm(lanes,
+// block, the other RVars) sums one block per lane; then one level per remaining dimension (blocks,
+// then each outer RVar), vectorized over the lanes, so no serial chain of partial sums is long;
+// the last step adds the lanes. Intermediates are computed at `at`.
+void blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, const LoopLevel &at) {
+    RVar ro("ro"), ri("ri"), rob("rob"), rib("rib");
+    Var lanes("lanes"), block("block");
+    f.update().split(rv[0], ro, ri, vw, TailStrategy::GuardWithIf).split(ro, rob, rib, kBlock, TailStrategy::GuardWithIf);
+    std::vector<std::pair<RVar, Var>> keep{{ri, lanes}, {rob, block}};
+    for (size_t k = 1; k < rv.size(); ++k) keep.push_back({rv[k], Var("k" + std::to_string(k))});
+    auto vectorized = [&](Func t, const Var &l) {
+        t.compute_at(at);
+        t.vectorize(l);
+        t.update().vectorize(l);
+    };
+    vectorized(f.update().rfactor(keep), lanes);
+    // Then one level per remaining dimension (blocks, then each outer reduced axis), vectorized
+    // over the lanes, so no serial chain of partial sums is long; the last step adds the lanes.
+    std::vector<RVar> rest{rob};
+    for (size_t k = 2; k < keep.size(); ++k) rest.push_back(keep[k].first);
+    for (size_t level = 0; level < rest.size(); ++level) {
+        Var l("lanes" + std::to_string(level + 2));
+        std::vector<std::pair<RVar, Var>> pres{{ri, l}};
+        for (size_t k = level + 1; k < rest.size(); ++k) pres.push_back({rest[k], Var("m" + std::to_string(k))});
+        vectorized(f.update().rfactor(pres), l);
+    }
+}
+
 // Vectorizes one reduction update along the contiguous axis `inner`.
 //   - `inner` is the RDom's innermost dimension: split it into vectors and blocks of vectors and
 //     rfactor: intm(lanes, block, outer reduced coords) sums one block per lane; a second rfactor
@@ -68,8 +96,45 @@ constexpr int kBlock = 64;
 //   - `inner` is a pure axis of the reduction: make it the innermost loop and vectorize it.
 // Intermediates are computed at `at`.
 void vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const LoweredPipeline &p, AxisId inner, int vw,
-                      const LoopLevel &at) {
+                      const LoopLevel &at, AxisId next_outer = -1) {
     Func f = u.func;
+    // The innermost reduced axis is contiguous, the axis just outside it in memory is one the
+    // statistic keeps (GroupNorm NHWC: reduce (cg, h, w) of [n, h, w, (g, cg)] per (n, g)), and
+    // other axes are reduced too: keep the innermost reduced axis as a pure dimension (rfactor)
+    // and vectorize along it, so the partial sums over the outer reduced axes (h, w) run over
+    // contiguous cg vectors, g by g; the statistic then adds its cg partials. cg is short (10 for
+    // 320 channels in 32 groups): masked vectors, but dense loads. (Splitting the short cg into
+    // blocks of vectors instead, as for long rows, left NHWC GroupNorm at 0.2-2 GB/s.)
+    if (u.associative && u.rdom.dimensions() >= 2 && !u.rdom_axes.empty() && u.rdom_axes[0] == inner && next_outer >= 0) {
+        for (const Var &adj : f.args()) {
+            if (adj.name() != p.vars[next_outer].name()) continue;
+            // With three or more reduced axes the outermost (h) stays a pure dimension too, so each
+            // lane's serial sum runs over one w row only (f32 error of a 4096-term serial sum
+            // broke the 1e-5 bound on 64 x 64 latents); the statistic adds the (cg, h) partials.
+            const int nr = u.rdom.dimensions();
+            Var vin(f.name() + "_vin"), vout(f.name() + "_vout");
+            std::vector<std::pair<RVar, Var>> keep{{RVar(u.rdom[0].name()), vin}};
+            if (nr >= 3) keep.push_back({RVar(u.rdom[nr - 1].name()), vout});
+            Func intm = f.update().rfactor(keep);
+            intm.compute_at(at);
+            std::vector<VarOrRVar> ord{vin, adj};
+            for (int k = 1; k < (nr >= 3 ? nr - 1 : nr); ++k) ord.push_back(RVar(u.rdom[k].name()));
+            if (nr >= 3) {
+                ord.push_back(vout);
+                intm.reorder_storage(vin, adj, vout);
+            } else {
+                intm.reorder_storage(vin, adj);
+            }
+            intm.update().reorder(ord).vectorize(vin, vw, TailStrategy::GuardWithIf);
+            intm.vectorize(vin, vw, TailStrategy::GuardWithIf);
+            // The statistic's own sum over the (cg[, h]) partials, blocked like any long sum (cg
+            // can be long: 262144 channels a group broke the bf16 bound when added serially).
+            std::vector<RVar> rest{RVar(u.rdom[0].name())};
+            if (nr >= 3) rest.push_back(RVar(u.rdom[nr - 1].name()));
+            blocked_rfactor(f, rest, vw, at);
+            return;
+        }
+    }
     if (!u.associative) {
         // Welford's blocked lanes: vectorize the lane dimension of every lane Func.
         for (Func h : rf.helpers)
@@ -81,27 +146,9 @@ void vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
         return;
     }
     if (!u.rdom_axes.empty() && u.rdom_axes[0] == inner) {
-        RVar ro("ro"), ri("ri"), rob("rob"), rib("rib");
-        Var lanes("lanes"), block("block");
-        f.update().split(u.rdom[0], ro, ri, vw, TailStrategy::GuardWithIf).split(ro, rob, rib, kBlock, TailStrategy::GuardWithIf);
-        std::vector<std::pair<RVar, Var>> keep{{ri, lanes}, {rob, block}};
-        for (int k = 1; k < u.rdom.dimensions(); ++k) keep.push_back({RVar(u.rdom[k].name()), Var("k" + std::to_string(k))});
-        auto vectorized = [&](Func t, const Var &l) {
-            t.compute_at(at);
-            t.vectorize(l);
-            t.update().vectorize(l);
-        };
-        vectorized(f.update().rfactor(keep), lanes);
-        // Then one level per remaining dimension (blocks, then each outer reduced axis), vectorized
-        // over the lanes, so no serial chain of partial sums is long; the last step adds the lanes.
-        std::vector<RVar> rest{rob};
-        for (size_t k = 2; k < keep.size(); ++k) rest.push_back(keep[k].first);
-        for (size_t level = 0; level < rest.size(); ++level) {
-            Var l("lanes" + std::to_string(level + 2));
-            std::vector<std::pair<RVar, Var>> pres{{ri, l}};
-            for (size_t k = level + 1; k < rest.size(); ++k) pres.push_back({rest[k], Var("m" + std::to_string(k))});
-            vectorized(f.update().rfactor(pres), l);
-        }
+        std::vector<RVar> rv;
+        for (int k = 0; k < u.rdom.dimensions(); ++k) rv.push_back(RVar(u.rdom[k].name()));
+        blocked_rfactor(f, rv, vw, at);
         return;
     }
     for (const Var &v : f.args())
@@ -227,9 +274,11 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const Target 
                     if (f.has_update_definition()) f.update().parallel(outer);
                 }
             }
+            const AxisId next_outer = order.size() >= 2 ? order[order.size() - 2] : -1;
             for (auto &u : rf.updates) {
                 bool has_pure = u.associative && u.func.dimensions() > 0;
-                vectorize_update(rf, u, p, inner, vw, has_pure ? LoopLevel(u.func, u.func.args().back()) : LoopLevel(u.func, Var::outermost()));
+                vectorize_update(rf, u, p, inner, vw, has_pure ? LoopLevel(u.func, u.func.args().back()) : LoopLevel(u.func, Var::outermost()),
+                                 next_outer);
             }
         }
         Var outer = p.vars[order[0]];
