@@ -68,7 +68,7 @@ TEST_CASE("builder: the catalog's layers, printed identically", "[dsl][builder]"
         b.mark_output("mu", optional_output());
         b.mark_output("rstd", optional_output());
         b.accumulate(DType::F32);
-        b.variance(VarianceAlgorithm::Welford);
+        b.variance(VarianceAlgorithm::TwoPass);
         b.storage({"x", "y"}, kAll);
         CHECK(print_norm(b.build()) == catalog_print("batch_norm_train"));
     }
@@ -83,7 +83,7 @@ TEST_CASE("builder: the catalog's layers, printed identically", "[dsl][builder]"
         auto v = b.let("v", var(x, {"cg", "h", "w"}));
         b.output("y", (x - mu) * rsqrt(v + eps) * w + bias);
         b.accumulate(DType::F32);
-        b.variance(VarianceAlgorithm::Welford);
+        b.variance(VarianceAlgorithm::TwoPass);
         b.storage({"x", "y"}, kAll);
         CHECK(print_norm(b.build()) == catalog_print("group_norm_nhwc"));
     }

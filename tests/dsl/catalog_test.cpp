@@ -175,7 +175,7 @@ TEST_CASE("BatchNorm training: running statistics update their inputs in place",
     REQUIRE(rv);
     CHECK(rm->updates == "running_mean");
     CHECK(rv->updates == "running_var");
-    CHECK(s.variance == VarianceAlgorithm::Welford);
+    CHECK(s.variance == VarianceAlgorithm::TwoPass);
     CHECK(s.find_output("mu")->optional);
     CHECK(s.find_output("rstd")->optional);
 }
