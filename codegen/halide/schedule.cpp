@@ -87,9 +87,6 @@ void blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, const LoopLeve
         for (size_t k = level + 1; k < rest.size(); ++k) pres.push_back({rest[k], Var("m" + std::to_string(k))});
         vectorized(f.update().rfactor(pres), l);
     }
-    // The lanes' final sum as one horizontal vector reduction (log2(lanes) shuffles), not a
-    // serial chain of scalar adds (64 of them with four accumulator vectors: ~250 cycles a row).
-    f.update().atomic().vectorize(ri);
 }
 
 // Vectorizes one reduction update along the contiguous axis `inner`.
@@ -247,10 +244,13 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const Target 
                 if (nrow > 0) f.compute_at(y, ri);
                 else f.compute_root();
             }
-            // Four vectors of lanes per reduction: four independent add chains, so a row's sum is
-            // not bound by the latency of one (LayerNorm 16384 x 768 f32: 14.2 -> 17.1 GB/s in
-            // the lab, bench/README.md).
-            for (auto &u : rf.updates) vectorize_update(rf, u, p, inner, 4 * vw, LoopLevel(u.func, Var::outermost()));
+            // Over one long contiguous axis (LayerNorm's d): four vectors of lanes per reduction,
+            // four independent add chains, so a row's sum is not bound by the latency of one
+            // (LayerNorm 16384 x 768 f32: 14.2 -> 17.1 GB/s in the lab, bench/README.md). Over
+            // several axes the innermost may be short (GroupNorm NCHW's w = 8..64): one vector
+            // (64 lanes there took 8 x 640 x 32 x 32 from 15.6 to 6.7 GB/s).
+            for (auto &u : rf.updates)
+                vectorize_update(rf, u, p, inner, u.rdom.dimensions() == 1 ? 4 * vw : vw, LoopLevel(u.func, Var::outermost()));
         }
         // A full-size value that both a reduction and the map read (DeepNorm's h = alpha * x + f,
         // the fused residual sum) is computed once per row and kept in cache: cheaper than computing
