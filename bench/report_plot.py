@@ -37,7 +37,7 @@ for layer in data["layers"]:
     ax.set_yscale("log")
     ax.set_title(f"{layer['name']}  ({data['context']})", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(f"{out}/{layer['name']}.png")
     plt.close(fig)
