@@ -23,8 +23,20 @@ std::string CaseSpec::name() const {
     return layer + "/" + (model.empty() ? "" : model + "/") + dtype_name(dtype) + "/" + shape_label;
 }
 
-namespace {
+CaseSpec case_spec(const GridCase &g) {
+    CaseSpec c;
+    c.layer = g.layer;
+    c.model = g.model;
+    c.dtype = g.dtype;
+    c.sizes = g.sizes;
+    c.shape_label = g.shape;
+    c.full_reference = g.full_reference;
+    // Long enough for a stable median on a shared machine; DRAM cases take ~50-500 ms a call.
+    c.min_time = g.dram ? 0.3 : 0.1;
+    return c;
+}
 
+namespace {
 
 uint64_t splitmix64(uint64_t &s) {
     uint64_t z = (s += 0x9e3779b97f4a7c15ull);

@@ -5,6 +5,7 @@
 
 #include "bench/baseline.h"
 #include "bench/host_buffer.h"
+#include "bench/shape_grids.h"
 #include "runtime/registry.h"
 
 #include <HalideRuntime.h>
@@ -32,6 +33,9 @@ struct CaseSpec {
     double min_time = 0.2;                 // Google Benchmark MinTime per repetition, seconds
     std::string name() const;              // "layer_norm/llama3-8b/f32/4096x4096" ("layer_norm/f32/4096x4096" without a model)
 };
+
+// The case of a grid entry (bench/shape_grids.h); min_time 0.3 s for DRAM-sized cases, else 0.1 s.
+CaseSpec case_spec(const GridCase &g);
 
 struct OutputCheckSummary {
     bool pass = false;

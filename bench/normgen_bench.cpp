@@ -56,19 +56,6 @@ const Registry &registry() {
     return reg;
 }
 
-CaseSpec case_spec(const GridCase &g) {
-    CaseSpec c;
-    c.layer = g.layer;
-    c.model = g.model;
-    c.dtype = g.dtype;
-    c.sizes = g.sizes;
-    c.shape_label = g.shape;
-    c.full_reference = g.full_reference;
-    // Long enough for a stable median on a shared machine; DRAM cases take ~50-500 ms a call.
-    c.min_time = g.dram ? 0.3 : 0.1;
-    return c;
-}
-
 // ---- One prepared case (and its baselines) at a time ---------------------------------------------
 
 struct Prepared {

@@ -316,21 +316,17 @@ private:
             // Pass 1: the mean (of the data shifted by its first element). Pass 2: the mean squared
             // deviation from it. Robust for large means. When the declaration also takes the mean
             // of the same operand over the same axes (LayerNorm's mu), pass 1 is that mean: one
-            // sweep fewer per row (LayerNorm 4096 x 4096 f32: 17 -> see bench/README.md).
+            // sweep fewer per row.
+            Func mu;
             if (const Node *m = find_mean_like(spec_, n)) {
-                Func mu = reduction(*m);
-                Func ss = sum_of(n, base + "_ssd", [&](const Env &env) {
-                    Expr d = operand(env) - mu(args_at(n.axes, env));
-                    return d * d;
-                }, rf);
-                v(pv) = ss(pv) / count;
-                break;
+                mu = reduction(*m);
+            } else {
+                Func k = shift(n, base, pv, operand, rf);
+                Func s = sum_of(n, base + "_sum", [&](const Env &env) { return operand(env) - k(pv_at(n, env)); }, rf);
+                mu = Func(base + "_mean");
+                mu(pv) = k(pv) + s(pv) / count;
+                rf.helpers.push_back(mu);
             }
-            Func k = shift(n, base, pv, operand, rf);
-            Func s = sum_of(n, base + "_sum", [&](const Env &env) { return operand(env) - k(pv_at(n, env)); }, rf);
-            Func mu(base + "_mean");
-            mu(pv) = k(pv) + s(pv) / count;
-            rf.helpers.push_back(mu);
             Func ss = sum_of(n, base + "_ssd", [&](const Env &env) {
                 Expr d = operand(env) - mu(args_at(n.axes, env));
                 return d * d;

@@ -26,17 +26,6 @@ const Registry &registry() {
     return r;
 }
 
-CaseSpec spec_of(const GridCase &g) {
-    CaseSpec c;
-    c.layer = g.layer;
-    c.model = g.model;
-    c.dtype = g.dtype;
-    c.sizes = g.sizes;
-    c.shape_label = g.shape;
-    c.full_reference = g.full_reference;
-    return c;
-}
-
 // Which vendor has which layer (bench/baseline_onednn.cpp says why not for the rest).
 bool onednn_has(const std::string &layer) {
     static const std::set<std::string> has{"layer_norm", "layer_norm_weight_only", "batch_norm_train", "batch_norm_eval", "instance_norm"};
@@ -75,7 +64,7 @@ TEST_CASE("on the grid's small cases the kernel and every baseline pass the refe
     for (const GridCase &g : model_grid()) {
         if (g.elements() > (int64_t(1) << 22)) continue;
         INFO(g.name());
-        KernelCase kc(registry(), spec_of(g), 1234);
+        KernelCase kc(registry(), case_spec(g), 1234);
         REQUIRE(kc.error() == "");
         for (const std::string &impl : baseline_names()) {
             INFO(impl);

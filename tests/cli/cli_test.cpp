@@ -1,6 +1,8 @@
 // The `normgen` command line as a user meets it: exit codes, diagnostics, and `run` on real files.
 #include "runtime/npy.h"
 
+#include "normgen_cli.h"
+
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -17,22 +19,9 @@ using namespace normgen;
 
 namespace {
 
-struct Result {
-    int code;
-    std::string out;  // stdout and stderr together
-};
+using normgen::testing::Result;
+using normgen::testing::normgen_cli;
 
-Result normgen_cli(const std::string &args) {
-    std::string cmd = std::string(NORMGEN_BINARY_DIR) + "/bin/normgen " + args + " 2>&1";
-    FILE *p = popen(cmd.c_str(), "r");
-    REQUIRE(p);
-    std::string out;
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-    int status = pclose(p);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
 
 std::string src(const std::string &rel) { return std::string(NORMGEN_SOURCE_DIR) + "/" + rel; }
 std::string golden(const std::string &rel) { return std::string(NORMGEN_GOLDEN_DIR) + "/" + rel; }

@@ -1,6 +1,8 @@
 // `normgen report` on a small, hand-made Google Benchmark JSON (tests/cli/data/bench_small.json):
 // three cases, one of them a loss, one vendor row that is an "unsupported" error, mean rows that
 // must be ignored in favour of medians, and a copy row that is not a case.
+#include "normgen_cli.h"
+
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -15,22 +17,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-    int code;
-    std::string out;
-};
+using normgen::testing::Result;
+using normgen::testing::normgen_cli;
 
-Result run(const std::string &args) {
-    std::string cmd = std::string(NORMGEN_BINARY_DIR) + "/bin/normgen " + args + " 2>&1";
-    FILE *p = popen(cmd.c_str(), "r");
-    REQUIRE(p);
-    std::string out;
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-    int status = pclose(p);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
 
 fs::path fresh_dir() {
     static std::mt19937_64 rng(std::random_device{}());
@@ -50,7 +39,7 @@ const std::string kSmall = std::string(NORMGEN_SOURCE_DIR) + "/tests/cli/data/be
 
 TEST_CASE("report: tables, speedups, losses, unsupported vendors and plots from a small JSON", "[cli][report]") {
     fs::path dir = fresh_dir();
-    Result r = run("report " + kSmall + " -o " + dir.string());
+    Result r = normgen_cli("report " + kSmall + " -o " + dir.string());
     INFO(r.out);
     REQUIRE(r.code == 0);
     const std::string md = read(dir / "report.md");
@@ -82,14 +71,14 @@ TEST_CASE("report: tables, speedups, losses, unsupported vendors and plots from 
 TEST_CASE("report: bad input is refused and nothing is written", "[cli][report]") {
     fs::path dir = fresh_dir();
     SECTION("missing file") {
-        Result r = run("report /nonexistent/bench.json -o " + dir.string());
+        Result r = normgen_cli("report /nonexistent/bench.json -o " + dir.string());
         CHECK(r.code == 1);
         CHECK(r.out.find("cannot open") != std::string::npos);
     }
     SECTION("malformed JSON") {
         fs::path bad = fs::temp_directory_path() / "normgen-report-bad.json";
         std::ofstream(bad) << "{\"benchmarks\": [ {\"name\": ";
-        Result r = run("report " + bad.string() + " -o " + dir.string());
+        Result r = normgen_cli("report " + bad.string() + " -o " + dir.string());
         CHECK(r.code == 1);
         CHECK(r.out.find("not valid JSON") != std::string::npos);
         fs::remove(bad);
@@ -97,13 +86,13 @@ TEST_CASE("report: bad input is refused and nothing is written", "[cli][report]"
     SECTION("JSON without benchmark rows") {
         fs::path bad = fs::temp_directory_path() / "normgen-report-empty.json";
         std::ofstream(bad) << "{\"benchmarks\": [{\"name\": \"copy/nt/1024\", \"run_name\": \"copy/nt/1024\"}]}";
-        Result r = run("report " + bad.string() + " -o " + dir.string());
+        Result r = normgen_cli("report " + bad.string() + " -o " + dir.string());
         CHECK(r.code == 1);
         CHECK(r.out.find("no normgen_bench rows") != std::string::npos);
         fs::remove(bad);
     }
     SECTION("no output folder") {
-        Result r = run("report " + kSmall);
+        Result r = normgen_cli("report " + kSmall);
         CHECK(r.code == 1);
         CHECK(r.out.find("give -o DIR") != std::string::npos);
     }
@@ -112,7 +101,7 @@ TEST_CASE("report: bad input is refused and nothing is written", "[cli][report]"
 
 TEST_CASE("report: --no-plots writes the markdown only; --print echoes it", "[cli][report]") {
     fs::path dir = fresh_dir();
-    Result r = run("report " + kSmall + " -o " + dir.string() + " --no-plots --print");
+    Result r = normgen_cli("report " + kSmall + " -o " + dir.string() + " --no-plots --print");
     REQUIRE(r.code == 0);
     CHECK(r.out.find("# normgen benchmark report") != std::string::npos);
     CHECK(fs::exists(dir / "report.md"));
