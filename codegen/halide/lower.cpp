@@ -95,6 +95,8 @@ public:
             std::vector<AxisId> atoms = spec_.memory_atoms(o.dims);
             for (auto it = atoms.rbegin(); it != atoms.rend(); ++it) args.push_back(p_.vars[*it]);
             f(args) = cast(halide_type(types_.storage.at(o.name)), call_value(o.value, identity_env()));
+            for (int k = 0; k < (int)args.size(); ++k) f.output_buffer().dim(k).set_extent(p_.extent[atoms[args.size() - 1 - k]]);
+            dense(f.output_buffer());
             p_.outputs.push_back(f);
             p_.output_index.push_back((int)i);
         }
@@ -108,6 +110,15 @@ private:
     LoweredPipeline p_;
     std::unordered_map<const Node *, Func> reduce_funcs_;
 
+    // The ABI's tensors start at 0 and are dense, with one extent per axis across all tensors
+    // (runtime/run.cpp refuses anything else). Telling Halide lets it see two fused neighbouring
+    // axes as one contiguous range (schedule.cpp fuses BatchNorm's (h, w), for instance).
+    template <typename B>
+    static void dense(B b) {
+        for (int k = 0; k < b.dimensions(); ++k) b.dim(k).set_min(0);
+        for (int k = 1; k < b.dimensions(); ++k) b.dim(k).set_stride(b.dim(k - 1).stride() * b.dim(k - 1).extent());
+    }
+
     void declare_axes_and_inputs() {
         p_.vars.resize(spec_.axes.size());
         p_.extent.resize(spec_.axes.size());
@@ -118,8 +129,12 @@ private:
             int rank = (int)atoms.size();
             for (int k = 0; k < rank; ++k) {
                 AxisId a = atoms[rank - 1 - k];
-                if (!p_.extent[a].defined()) p_.extent[a] = in.dim(k).extent();
+                if (!p_.extent[a].defined())
+                    p_.extent[a] = in.dim(k).extent();
+                else
+                    in.dim(k).set_extent(p_.extent[a]);
             }
+            dense(in);
             p_.inputs.push_back(in);
         }
     }

@@ -161,6 +161,29 @@ void vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
         }
 }
 
+// Can the two innermost memory axes of the main output run as one contiguous loop? When every
+// tensor has both or neither, adjacent and in the same order, and no statistic varies along
+// them (so nothing is indexed by one without the other): BatchNorm's and GroupNorm NCHW's (h, w),
+// whose parameters and statistics are per channel or group. Fusing them vectorizes across a
+// 7 x 7 or 8 x 8 plane instead of along its 7- or 8-element rows.
+bool inner_pair_fusable(const NormSpec &spec, const LoweredPipeline &p, const std::vector<AxisId> &order) {
+    if (order.size() < 3) return false;
+    const AxisId a1 = order.back(), a2 = order[order.size() - 2];
+    auto ok = [&](const std::vector<AxisId> &atoms) {
+        auto i1 = std::find(atoms.begin(), atoms.end(), a1), i2 = std::find(atoms.begin(), atoms.end(), a2);
+        if (i1 == atoms.end() && i2 == atoms.end()) return true;
+        return i1 != atoms.end() && i2 != atoms.end() && i1 == i2 + 1;
+    };
+    for (const TensorInfo &t : spec.tensors)
+        if (!ok(spec.memory_atoms(t.dims))) return false;
+    for (const OutputInfo &o : spec.outputs)
+        if (!ok(spec.memory_atoms(o.dims))) return false;
+    for (const ReductionFuncs &r : p.reductions)
+        for (AxisId a : r.node->axes)
+            if (a == a1 || a == a2) return false;
+    return true;
+}
+
 }  // namespace
 
 std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const Target &target, const CpuSchedule &s) {
@@ -206,9 +229,22 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const Target 
     for (size_t i = 0; i < p.outputs.size(); ++i)
         if (i != main && spec.outputs[p.output_index[i]].dims == spec.outputs[p.output_index[main]].dims) same_shape.push_back(p.outputs[i]);
 
+    // A map whose two innermost axes always travel together (BatchNorm's (h, w), GroupNorm NCHW's)
+    // runs them as one contiguous loop: vectorized across a 7 x 7 plane, not along its 7-element
+    // rows (BatchNorm eval 32 x 2048 x 7 x 7: ~10 -> ~20 GB/s).
+    // (Specialized on a non-empty plane, so Halide's x / 0 rule does not make the index a select.)
+    const bool fuse_pair = (p.reductions.empty() || !row || first_reduced + 2 < order.size()) && same_shape.empty() &&
+                           inner_pair_fusable(spec, p, order);
+    Var vfused(spec.axes[inner].name + "_" + spec.axes[order.size() >= 2 ? order[order.size() - 2] : inner].name);
+    auto map_inner = [&](Func f) -> Var {
+        if (!fuse_pair) return vi;
+        f.fuse(vi, p.vars[order[order.size() - 2]], vfused);
+        return vfused;
+    };
+
     if (p.reductions.empty() || row) {
         // Rows = the axes outside the reduced block (all but the innermost for a pure map).
-        size_t nrow = p.reductions.empty() ? order.size() - 1 : first_reduced;
+        size_t nrow = p.reductions.empty() ? order.size() - (fuse_pair ? 2 : 1) : first_reduced;
         Expr row_elems = 1;
         for (size_t i = nrow; i < order.size(); ++i) row_elems = row_elems * p.extent[order[i]];
         Var r("row"), ro("row_task"), ri("row_in");
@@ -232,7 +268,8 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const Target 
             f.split(r, ro, ri, task, TailStrategy::GuardWithIf).parallel(ro);
         };
         shape_loops(y);
-        y.vectorize(vi, vw, TailStrategy::GuardWithIf);
+        y.vectorize(map_inner(y), vw, TailStrategy::GuardWithIf);
+        if (fuse_pair) y.specialize(p.extent[inner] > 0);
         for (Func f : same_shape) {
             shape_loops(f);
             f.vectorize(vi, vw, TailStrategy::GuardWithIf);
@@ -288,7 +325,8 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const Target 
             }
         }
         Var outer = p.vars[order[0]];
-        y.parallel(outer).vectorize(vi, vw, TailStrategy::GuardWithIf);
+        y.parallel(outer).vectorize(map_inner(y), vw, TailStrategy::GuardWithIf);
+        if (fuse_pair) y.specialize(p.extent[inner] > 0);
         for (Func f : same_shape) {
             f.parallel(outer).vectorize(vi, vw, TailStrategy::GuardWithIf);
             f.compute_with(y, outer);
