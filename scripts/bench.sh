@@ -5,7 +5,7 @@
 #   build/bench.json        Google Benchmark JSON
 #   build/bench.txt         the console log (the [check] lines say what was verified before timing)
 #   build/report/report.md  tables, summary, losses; build/report/LAYER.png plots
-# Extra arguments go to the benchmark (e.g. --benchmark_filter=layer_norm). About 15 minutes on
+# Extra arguments go to the benchmark (e.g. --benchmark_filter=layer_norm). About 6 minutes on
 # this machine kind; nothing else should run meanwhile (the numbers are bandwidths).
 set -euo pipefail
 cd "$(dirname "$0")/.."
