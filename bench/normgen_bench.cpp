@@ -11,6 +11,8 @@
 //                     the rooflines at the same byte count, same thread count (bench/copy_roofline.h):
 //                     copy with ordinary stores, copy with non-temporal stores, read-only sum;
 //   copy_frac         GBps / max(copy_plain_GBps, copy_nt_GBps);
+//   nt_frac           GBps / copy_nt_GBps: the fraction of the non-temporal-store copy (the floor
+//                     for a kernel that writes its output once);
 //   cpu_share         process CPU time / (wall time x threads), to see a busy machine;
 // and the normgen row also
 //   vs_vendor         GBps / the best vendor's (oneDNN, PyTorch) median GBps on the case, this run;
@@ -155,6 +157,7 @@ void time_loop(benchmark::State &state, const std::string &case_name, const std:
     state.counters["copy_nt_GBps"] = copy.nt_bps / 1e9;
     state.counters["read_GBps"] = copy.read_bps / 1e9;
     state.counters["copy_frac"] = bps / copy.best_bps();
+    state.counters["nt_frac"] = bps / copy.nt_bps;
     // CPU time of all our threads / (wall time x threads): 1 when every pool thread ran the whole
     // time; well below 1 when other processes took the cores (or threads sat idle).
     state.counters["cpu_share"] = (process_cpu_seconds() - cpu0) / (seconds * bench_threads());
