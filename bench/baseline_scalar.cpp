@@ -44,17 +44,25 @@ public:
     }
     void run() override {
         using T = typename S::T;
+        // Which layer, decided once, not per row.
         const std::string &l = t_.layer;
+        enum { LayerNorm, RmsNorm, FusedAddRms, DyT } kind = l == "rms_norm"              ? RmsNorm
+                                                            : l == "fused_add_rms_norm" ? FusedAddRms
+                                                            : l == "dyt"                ? DyT
+                                                                                        : LayerNorm;
         const T *x = reinterpret_cast<const T *>(t_.ptr("x"));
         T *y = reinterpret_cast<T *>(t_.ptr("y"));
         const float *w = t_.has("weight") ? t_.f32("weight") : nullptr;
         const float *b = t_.has("bias") ? t_.f32("bias") : nullptr;
+        const T *residual = kind == FusedAddRms ? reinterpret_cast<const T *>(t_.ptr("residual")) : nullptr;
+        T *hsum = kind == FusedAddRms ? reinterpret_cast<T *>(t_.ptr("h")) : nullptr;
+        const float alpha = kind == DyT ? *t_.f32("alpha") : 0.0f;
         const int64_t d = d_;
         par_range(rows_, t_.threads, [&](int64_t r0, int64_t r1) {
             for (int64_t r = r0; r < r1; ++r) {
                 const T *xr = x + r * d;
                 T *yr = y + r * d;
-                if (l == "layer_norm" || l == "layer_norm_weight_only") {
+                if (kind == LayerNorm) {
                     double s = 0;
                     for (int64_t i = 0; i < d; ++i) s += S::ld(xr, i);
                     const double mu = s / d;
@@ -63,14 +71,14 @@ public:
                     const float rstd = (float)(1.0 / std::sqrt(q / d + 1e-5));
                     const float m = (float)mu;
                     for (int64_t i = 0; i < d; ++i) S::st(yr, i, (S::ld(xr, i) - m) * rstd * w[i] + (b ? b[i] : 0.0f));
-                } else if (l == "rms_norm") {
+                } else if (kind == RmsNorm) {
                     double q = 0;
                     for (int64_t i = 0; i < d; ++i) q += (double)S::ld(xr, i) * S::ld(xr, i);
                     const float rstd = (float)(1.0 / std::sqrt(q / d + 1e-6));
                     for (int64_t i = 0; i < d; ++i) S::st(yr, i, S::ld(xr, i) * rstd * w[i]);
-                } else if (l == "fused_add_rms_norm") {
-                    const T *res = reinterpret_cast<const T *>(t_.ptr("residual")) + r * d;
-                    T *h = reinterpret_cast<T *>(t_.ptr("h")) + r * d;
+                } else if (kind == FusedAddRms) {
+                    const T *res = residual + r * d;
+                    T *h = hsum + r * d;
                     double q = 0;
                     for (int64_t i = 0; i < d; ++i) {
                         S::st(h, i, S::ld(xr, i) + S::ld(res, i));
@@ -80,8 +88,7 @@ public:
                     const float rstd = (float)(1.0 / std::sqrt(q / d + 1e-6));
                     for (int64_t i = 0; i < d; ++i) S::st(yr, i, S::ld(h, i) * rstd * w[i]);
                 } else {  // dyt
-                    const float a = *t_.f32("alpha");
-                    for (int64_t i = 0; i < d; ++i) S::st(yr, i, w[i] * std::tanh(a * S::ld(xr, i)) + b[i]);
+                    for (int64_t i = 0; i < d; ++i) S::st(yr, i, w[i] * std::tanh(alpha * S::ld(xr, i)) + b[i]);
                 }
             }
         });
