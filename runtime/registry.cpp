@@ -90,6 +90,7 @@ const KernelArg *Registry::Kernel::find_arg(const std::string &name) const {
 }
 
 bool Registry::Kernel::runs_here() const {
+    if (device != "cpu") return false;
     for (const std::string &f : cpu_features)
         if (!cpu_supports(f)) return false;
     return true;
@@ -242,6 +243,10 @@ Registry Registry::load(const std::string &path, const KernelEntry *table, size_
         k->isa = r.str(e, "isa");
         k->cpu_features = r.strings(e, "cpu_features");
         k->variant = r.str(e, "variant");
+        k->backend = e.contains("backend") ? r.str(e, "backend") : "halide";
+        k->device = e.contains("device") ? r.str(e, "device") : "cpu";
+        if (k->backend != "halide" && k->backend != "mlir") r.fail("backend '" + k->backend + "' (expected halide or mlir)");
+        if (k->device != "cpu" && k->device != "cuda") r.fail("device '" + k->device + "' (expected cpu or cuda)");
         if (k->variant != "core" && k->variant != "full") r.fail("variant '" + k->variant + "' (expected core or full)");
         k->schedule = e.contains("schedule") ? r.str(e, "schedule") : "";
         k->library = e.contains("library") ? r.str(e, "library") : "";
@@ -288,6 +293,22 @@ Registry Registry::load(const std::string &path, const KernelEntry *table, size_
         k->spec = known->second;
         check_args(r, *k->spec, *k);
 
+        if (k->device == "cuda") {  // run by the CUDA launcher (runtime/cuda_launcher.h), not the table
+            k->cuda.image = r.str(e, "cubin");
+            k->cuda.ptx = r.str(e, "ptx");
+            k->cuda.entry = r.str(e, "entry");
+            k->cuda.block_threads = r.field(e, "block_threads").get<int>();
+            k->cuda.grid_axes = r.strings(e, "grid_axes");
+            k->cuda.extent_axes = r.strings(e, "extent_axes");
+            if (e.contains("ptxas")) {
+                const json &p = e["ptxas"];
+                k->cuda.registers = p.value("registers", 0);
+                k->cuda.spill_stores = p.value("spill_stores", 0);
+                k->cuda.spill_loads = p.value("spill_loads", 0);
+            }
+            reg.kernels_.push_back(std::move(k));
+            continue;
+        }
         auto fn = entries.find(k->function);
         if (fn == entries.end() || !fn->second)
             r.fail("function '" + k->function + "' is not in this program's kernel table (" + std::to_string(n) +
@@ -316,7 +337,7 @@ std::shared_ptr<const NormSpec> Registry::spec(const std::string &layer) const {
 }
 
 const Registry::Kernel *Registry::select(const std::string &layer, DType dtype, bool need_optional_outputs,
-                                         const std::string &isa) const {
+                                         const std::string &isa, const std::string &backend) const {
     auto spec = this->spec(layer);
     if (!spec) return nullptr;
     bool has_optional = false;
@@ -328,6 +349,7 @@ const Registry::Kernel *Registry::select(const std::string &layer, DType dtype, 
     for (const auto &k : kernels_) {
         if (k->layer != layer || k->dtype != dtype || k->variant != variant) continue;
         if (!isa.empty() && k->isa != isa) continue;
+        if (k->backend != backend) continue;
         if (!k->runs_here()) continue;
         if (!best || rank(k->isa) > rank(best->isa)) best = k.get();
     }

@@ -12,6 +12,10 @@
 //         "target": "<Halide target>", "isa": "avx512" | "avx2",
 //         "cpu_features": ["avx2", "fma", ...],      // __builtin_cpu_supports names
 //         "variant": "core" | "full",    // core: required outputs; full: optional outputs too
+//         "backend": "halide" | "mlir",  // absent: halide
+//         "device": "cpu" | "cuda",      // absent: cpu. CUDA entries carry "ptx", "cubin", "entry",
+//                                        // "block_threads", "grid_axes", "extent_axes", "ptxas"
+//         "split": {"axes": [...], "dims": [[...]]},  // MLIR CPU: runtime/mlir_abi.h
 //         "schedule": "...", "library": "<file>.a", "header": "<file>.h",
 //         "args": [ { "name": "x", "role": "input" | "param" | "output", "dtype": "f32",
 //                     "dims": ["rows", "d"],         // declared axes, memory order, outermost first
@@ -60,6 +64,15 @@ public:
         std::string isa;        // "avx512", "avx2"
         std::vector<std::string> cpu_features;
         std::string variant;    // "core", "full"
+        std::string backend = "halide";  // "halide" | "mlir" (the manifest's "backend"; absent = halide)
+        std::string device = "cpu";      // "cpu" | "cuda": CUDA kernels are listed, never bound to the table
+        struct Cuda {                    // device "cuda" only
+            std::string image, ptx;      // the cubin and the PTX it was assembled from (manifest folder)
+            std::string entry;           // the kernel's name in the image
+            int block_threads = 256;
+            std::vector<std::string> grid_axes, extent_axes;
+            int registers = 0, spill_stores = 0, spill_loads = 0;  // ptxas -v
+        } cuda;
         std::string schedule;
         std::string library, header;
         std::vector<KernelArg> args;  // in argument order
@@ -68,7 +81,7 @@ public:
 
         bool full() const { return variant == "full"; }
         const KernelArg *find_arg(const std::string &name) const;  // nullptr if not an argument
-        bool runs_here() const;  // every cpu feature is supported by this CPU
+        bool runs_here() const;  // a CPU kernel whose every cpu feature this CPU supports
     };
 
     Registry() = default;
@@ -88,9 +101,10 @@ public:
     // The best kernel for `layer` with storage type `dtype` that this CPU can run: the widest ISA
     // whose cpu_features are all supported (avx512, then avx2), restricted to `isa` when given;
     // the "core" variant unless `need_optional_outputs` (then "full"; a layer without optional
-    // outputs has only "core", which then writes everything). nullptr when none fits.
+    // outputs has only "core", which then writes everything), of `backend` ("halide" or "mlir").
+    // nullptr when none fits.
     const Kernel *select(const std::string &layer, DType dtype, bool need_optional_outputs,
-                         const std::string &isa = "") const;
+                         const std::string &isa = "", const std::string &backend = "halide") const;
 
 private:
     std::string path_;

@@ -84,11 +84,11 @@ int main(int argc, char **argv) {
         e["header"] = fn + ".h";
         json args = json::array();
         for (const TensorInfo &ti : spec.tensors)
-            args.push_back(hl::manifest_arg(spec, ti.name, ti.role == TensorInfo::Param ? "param" : "input", types.storage.at(ti.name), ti.dims,
+            args.push_back(manifest_arg(spec, ti.name, ti.role == TensorInfo::Param ? "param" : "input", types.storage.at(ti.name), ti.dims,
                                      false, ""));
         for (int oi : p.output_index) {
             const OutputInfo &o = spec.outputs[oi];
-            args.push_back(hl::manifest_arg(spec, o.name, "output", types.storage.at(o.name), o.dims, o.optional, o.updates));
+            args.push_back(manifest_arg(spec, o.name, "output", types.storage.at(o.name), o.dims, o.optional, o.updates));
         }
         e["args"] = args;
         std::ofstream(fragment) << json::array({e}).dump(1) << "\n";

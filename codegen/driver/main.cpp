@@ -16,6 +16,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <unistd.h>
+#include <cerrno>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -39,14 +41,22 @@ commands:
   catalog FILE...       One table row per declaration: reduction stages and axes, eps
                         placement, affine terms, outputs, and a float64 reference
                         evaluation on fresh random inputs (exit 1 if any row fails).
-  verify FILE... [--backend halide] [--dtype f32,bf16,f16|all] [--target host,x86-64-avx2]
+  verify FILE... [--backend halide|mlir] [--dtype f32,bf16,f16|all] [--target host,x86-64-avx2]
                  [--json] [--seed N] [--quick] [--failures]
                         (--quick: every fourth shape of the sweep; --failures: print
                         only the failing rows)
                         Compile the declaration (any .norm file) and check its kernels
                         against the float64 reference on a sweep of >= 20 shapes with
                         fresh random inputs (printed seed replays a run). Prints a table;
-                        exit 0 only if every case passes.
+                        exit 0 only if every case passes. --backend mlir compiles the
+                        declaration through the MLIR pipeline (linalg -> LLVM) for this
+                        host (runs normgen-mlir, built beside normgen).
+  explain FILE --backend mlir [--stage linalg|loops|llvm|gpu|nvvm|ptx] [--dtype f32|bf16|f16]
+                        Print the declaration as each stage of the MLIR pipelines sees it
+                        (default: every CPU stage): linalg (as lowered), loops (after
+                        linalg -> loops; `vector` is accepted), llvm (optimized LLVM IR for
+                        this host), gpu (the CUDA kernel in the gpu dialect), nvvm, ptx
+                        (sm_90 PTX).
   compile FILE -o DIR [--backend halide] [--target host,x86-64-avx2] [--dtype f32,bf16,f16]
                         Generate the declaration's kernels ahead of time: for each type
                         and target a static library and header (C ABI, one halide_buffer_t
@@ -105,6 +115,53 @@ int cmd_report(const std::vector<std::string> &args) {
     if (o.input.empty()) throw Usage("report: give the benchmark's JSON file");
     if (o.out_dir.empty()) throw Usage("report: give -o DIR");
     return run_report(o);
+}
+
+// The Halide JIT as the verifier's kernel.
+class HalideVerifyKernel : public VerifyKernel {
+public:
+    HalideVerifyKernel(const NormSpec &spec, DType dtype, const std::string &target)
+        : k_(spec, dtype, hl::parse_target(target), hl::CpuSchedule{}, true) {}
+    TensorMap run(const TensorMap &in, const Overrides &ov) const override { return k_.run(in, ov); }
+    StorageMap storage() const override { return StorageMap(k_.types().storage.begin(), k_.types().storage.end()); }
+
+private:
+    hl::JitKernel k_;
+};
+
+// The MLIR backend lives in its own executable (MLIR and Halide each carry their own LLVM):
+// normgen-mlir, installed beside this binary. Replaces this process with it.
+[[noreturn]] void exec_mlir(const std::string &cmd, const std::vector<std::string> &rest) {
+    std::error_code ec;
+    fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    fs::path tool = ec ? fs::path("normgen-mlir") : self.parent_path() / "normgen-mlir";
+    if (!fs::exists(tool))
+        throw UserError("the MLIR backend is not in this build (no " + tool.filename().string() +
+                        " beside normgen; configure with -DNORMGEN_WITH_MLIR=ON)");
+    std::vector<std::string> args{tool.string(), cmd};
+    args.insert(args.end(), rest.begin(), rest.end());
+    std::vector<char *> argv;
+    for (std::string &a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::cout.flush();
+    execv(tool.c_str(), argv.data());
+    throw UserError("cannot run " + tool.string() + ": " + std::strerror(errno));
+}
+
+int cmd_verify_any(const std::vector<std::string> &rest) {
+    VerifyArgs v = parse_verify_args(rest);
+    if (v.backend == "mlir") exec_mlir("verify", rest);
+    return cmd_verify(v, [](const NormSpec &spec, DType dtype, const std::string &target) -> std::unique_ptr<VerifyKernel> {
+        return std::make_unique<HalideVerifyKernel>(spec, dtype, target);
+    });
+}
+
+int cmd_explain(const std::vector<std::string> &rest) {
+    std::string backend;
+    for (size_t i = 0; i + 1 < rest.size(); ++i)
+        if (rest[i] == "--backend") backend = rest[i + 1];
+    if (backend != "mlir") throw Usage("explain: give --backend mlir (the stages of the MLIR pipelines)");
+    exec_mlir("explain", rest);
 }
 
 int cmd_check(const std::vector<std::string> &files) {
@@ -228,8 +285,8 @@ int cmd_compile(const std::vector<std::string> &args) {
     hl::AotRequest req{file, dtypes, targets, out_dir, {}};
     nlohmann::json entries = hl::compile_halide_kernels(spec, req);
     hl::compile_halide_runtime((fs::path(out_dir) / "halide_runtime.o").string());
-    hl::write_manifest(entries, (fs::path(out_dir) / "manifest.json").string());
-    hl::write_kernel_table(entries, (fs::path(out_dir) / "kernel_table.cpp").string());
+    write_manifest(entries, (fs::path(out_dir) / "manifest.json").string());
+    write_kernel_table(entries, (fs::path(out_dir) / "kernel_table.cpp").string());
     for (const auto &e : entries)
         std::cout << "wrote " << (fs::path(out_dir) / e["library"].get<std::string>()).string() << " and "
                   << e["header"].get<std::string>() << "  (" << e["schedule"].get<std::string>() << ")\n";
@@ -262,7 +319,8 @@ int dispatch(int argc, char **argv) {
         return 0;
     }
     if (cmd == "run") return cmd_run(rest);
-    if (cmd == "verify") return cmd_verify(rest);
+    if (cmd == "verify") return cmd_verify_any(rest);
+    if (cmd == "explain") return cmd_explain(rest);
     if (cmd == "compile") return cmd_compile(rest);
     if (cmd == "report") return cmd_report(rest);
     if (cmd == "catalog") {

@@ -35,7 +35,10 @@ VerifyArgs parse_verify_args(const std::vector<std::string> &args) {
         };
         if (a == "--backend") v.backend = value("--backend");
         else if (a == "--dtype") v.dtypes = parse_dtypes(value("--dtype"));
-        else if (a == "--target") v.targets = split_list(value("--target"));
+        else if (a == "--target") {
+            v.targets = split_list(value("--target"));
+            v.targets_given = true;
+        }
         else if (a == "--json") v.json = true;
         else if (a == "--quick") v.quick = true;
         else if (a == "--failures") v.failures_only = true;
@@ -46,7 +49,14 @@ VerifyArgs parse_verify_args(const std::vector<std::string> &args) {
         else v.files.push_back(a);
     }
     if (v.files.empty()) throw Usage("verify: give at least one .norm file");
-    if (v.backend != "halide") throw Usage("verify: backend '" + v.backend + "' is not available (available: halide)");
+    if (v.backend != "halide" && v.backend != "mlir") throw Usage("verify: unknown backend '" + v.backend + "' (available: halide, mlir)");
+    if (v.backend == "mlir") {
+        // The MLIR CPU kernels are built for this host (mlir-cpu); CUDA kernels are verified on a GPU
+        // by normgen-cuda-verify.
+        if (!v.targets_given) v.targets = {"host"};
+        for (const std::string &t : v.targets)
+            if (t != "host") throw Usage("verify: the mlir backend verifies target 'host' (mlir-cpu) here, not '" + t + "'");
+    }
     if (v.targets.empty()) throw Usage("--target: give at least one target");
     return v;
 }

@@ -23,6 +23,7 @@ struct VerifyArgs {
     std::string backend = "halide";
     std::vector<DType> dtypes{DType::F32, DType::BF16, DType::F16};
     std::vector<std::string> targets{"host", "x86-64-avx2"};
+    bool targets_given = false;
     bool json = false;
     bool quick = false;
     bool failures_only = false;

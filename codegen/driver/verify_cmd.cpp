@@ -1,7 +1,5 @@
 #include "codegen/driver/verify_cmd.h"
 
-#include "codegen/driver/options.h"
-#include "codegen/halide/jit.h"
 #include "dsl/checker.h"
 #include "runtime/errors.h"
 #include "runtime/verify.h"
@@ -37,8 +35,7 @@ std::string json_escape(const std::string &s) {
 
 }  // namespace
 
-int cmd_verify(const std::vector<std::string> &args) {
-    VerifyArgs v = parse_verify_args(args);
+int cmd_verify(const VerifyArgs &v, const KernelFactory &make) {
     std::random_device rd;
     uint64_t base_seed = v.seed ? v.seed : ((uint64_t)rd() << 32 | rd());
     std::vector<Row> rows;
@@ -62,7 +59,7 @@ int cmd_verify(const std::vector<std::string> &args) {
                 continue;
             }
             // Compile one kernel per target; every shape's inputs and reference serve them all.
-            std::vector<std::unique_ptr<hl::JitKernel>> kernels;
+            std::vector<std::unique_ptr<VerifyKernel>> kernels;
             std::vector<KernelFn> fns;
             std::vector<std::string> kernel_targets;
             for (const std::string &target_name : v.targets) {
@@ -70,7 +67,7 @@ int cmd_verify(const std::vector<std::string> &args) {
                              tty ? "...\r" : "\n");
                 std::fflush(stderr);
                 try {
-                    kernels.push_back(std::make_unique<hl::JitKernel>(spec, dtype, hl::parse_target(target_name), hl::CpuSchedule{}, true));
+                    kernels.push_back(make(spec, dtype, target_name));
                 } catch (const std::exception &e) {
                     // A kernel that does not compile is a failed row, not the end of the run.
                     Row r;
@@ -85,11 +82,11 @@ int cmd_verify(const std::vector<std::string> &args) {
                     continue;
                 }
                 kernel_targets.push_back(target_name);
-                const hl::JitKernel *k = kernels.back().get();
+                const VerifyKernel *k = kernels.back().get();
                 fns.push_back([k](const TensorMap &in, const Overrides &ov) { return k->run(in, ov); });
             }
             if (kernels.empty()) continue;
-            StorageMap storage(kernels[0]->types().storage.begin(), kernels[0]->types().storage.end());
+            StorageMap storage = kernels[0]->storage();
             int n = 0;
             for (const VerifyShape &s : shapes) {
                 ++n;

@@ -62,8 +62,8 @@ int run(const std::vector<std::string> &args) {
             if (!in) throw std::runtime_error("cannot read " + f);
             for (json &e : json::parse(in)) all.push_back(e);
         }
-        hl::write_manifest(all, manifest);
-        hl::write_kernel_table(all, table);
+        write_manifest(all, manifest);
+        write_kernel_table(all, table);
         return 0;
     }
     throw Usage("unknown command " + cmd);

@@ -56,28 +56,6 @@ Expr tanh_f32(Expr x) {
 
 namespace {
 
-bool same_tree(const Node &a, const Node &b) {
-    if (a.kind != b.kind || a.value != b.value || a.name != b.name || a.index != b.index || a.unary != b.unary ||
-        a.binary != b.binary || a.reduce != b.reduce || a.over != b.over || a.args.size() != b.args.size())
-        return false;
-    for (size_t i = 0; i < a.args.size(); ++i)
-        if (!same_tree(*a.args[i], *b.args[i])) return false;
-    return true;
-}
-
-// A mean(operand, over: same axes) somewhere in the declaration (LayerNorm's mu beside its var).
-const Node *find_mean_like(const NormSpec &spec, const Node &var) {
-    std::function<const Node *(const Node &)> walk = [&](const Node &n) -> const Node * {
-        if (n.kind == Node::Reduce && n.reduce == ReduceOp::Mean && n.over == var.over && same_tree(*n.args[0], *var.args[0])) return &n;
-        for (const auto &a : n.args)
-            if (const Node *m = walk(*a)) return m;
-        return nullptr;
-    };
-    for (const ValueDef &d : spec.values)
-        if (const Node *m = walk(*d.expr)) return m;
-    return nullptr;
-}
-
 class Lowerer {
 public:
     Lowerer(const NormSpec &spec, const KernelTypes &types) : spec_(spec), types_(types) {
@@ -452,18 +430,6 @@ Type halide_type(DType t) {
     case DType::F64: return Float(64);
     }
     return Float(32);
-}
-
-KernelTypes kernel_types(const NormSpec &spec, DType want) {
-    KernelTypes k;
-    k.tag = dtype_name(want);
-    for (const TensorInfo &t : spec.tensors) k.storage[t.name] = DType::F32;
-    for (const OutputInfo &o : spec.outputs) k.storage[o.name] = DType::F32;
-    for (const StorageGroup &g : spec.storage) {
-        DType d = std::find(g.allowed.begin(), g.allowed.end(), want) != g.allowed.end() ? want : g.allowed.front();
-        for (const std::string &n : g.tensors) k.storage[n] = d;
-    }
-    return k;
 }
 
 std::vector<Argument> LoweredPipeline::arguments() const {

@@ -9,6 +9,7 @@
 // rounded once on store.
 #pragma once
 
+#include "codegen/common/kernel_plan.h"
 #include "dsl/norm_spec.h"
 
 #include <Halide.h>
@@ -19,15 +20,8 @@
 
 namespace normgen::hl {
 
-// The storage type of every input, parameter and output of one kernel.
-struct KernelTypes {
-    std::string tag;  // "f32", "bf16", "f16": the type asked for
-    std::map<std::string, DType> storage;
-};
-
-// Each storage group takes `want` if it allows it, else its first (default) type; undeclared
-// tensors are f32.
-KernelTypes kernel_types(const NormSpec &spec, DType want);
+using normgen::KernelTypes;
+using normgen::kernel_types;
 
 Halide::Type halide_type(DType t);
 

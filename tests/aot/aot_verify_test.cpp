@@ -13,6 +13,7 @@
 
 #include <cstring>
 #include <random>
+#include <set>
 
 using namespace normgen;
 
@@ -93,4 +94,34 @@ TEST_CASE("every generated kernel verifies through the registry", "[aot][verify]
         ++checked;
     }
     CHECK(checked >= 18 * 3);  // every catalog layer in every storage type, at least one ISA
+}
+
+TEST_CASE("Halide and MLIR kernels of every catalog layer agree with each other and the reference", "[aot][verify][mlir]") {
+    // Both backends' objects on the very same inputs, every other shape of the sweep: each within its
+    // storage type's bound of the float64 reference, hence within twice that bound of each other.
+    std::set<std::string> layers;
+    for (const Registry::Kernel *k : registry().kernels()) layers.insert(k->layer);
+    size_t pairs = 0;
+    for (const std::string &layer : layers) {
+        for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
+            const Registry::Kernel *h = registry().select(layer, dtype, true, "", "halide");
+            const Registry::Kernel *m = registry().select(layer, dtype, true, "", "mlir");
+            if (!h) continue;
+            INFO(layer << " " << dtype_name(dtype));
+            REQUIRE(m);
+            StorageMap storage;
+            for (const KernelArg &a : h->args) storage[a.name] = a.dtype;
+            KernelFn fh = [h](const TensorMap &in, const Overrides &) { return run_aot(*h, in); };
+            KernelFn fm = [m](const TensorMap &in, const Overrides &) { return run_aot(*m, in); };
+            std::vector<VerifyShape> shapes = verify_shapes(*h->spec);
+            for (size_t i = 1; i < shapes.size(); i += 2) {
+                std::vector<CaseResult> r = verify_case(*h->spec, storage, {fh, fm}, shapes[i], 1000 + i);
+                INFO(shapes[i].label);
+                CHECK(r[0].pass);
+                CHECK(r[1].pass);
+            }
+            ++pairs;
+        }
+    }
+    CHECK(pairs >= 18 * 3);
 }

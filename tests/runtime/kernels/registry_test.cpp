@@ -130,11 +130,18 @@ std::string user_error_of(const std::function<void()> &f) {
 TEST_CASE("the build's manifest loads and every kernel in it is linked", "[kernels]") {
     INFO("manifest " << default_manifest_path());
     const Registry &reg = registry();
-    CHECK(reg.kernels().size() == kKernelTableSize);
+    size_t host = 0;
     for (const Registry::Kernel *k : reg.kernels()) {
-        CHECK(k->argv != nullptr);
         CHECK(k->spec != nullptr);
+        if (k->device == "cuda") {  // listed for the CUDA launcher, never bound to the host table
+            CHECK(k->argv == nullptr);
+            CHECK(!k->runs_here());
+            continue;
+        }
+        CHECK(k->argv != nullptr);
+        ++host;
     }
+    CHECK(host == kKernelTableSize);
     CHECK(reg.select("layer_norm", DType::F32, false) != nullptr);
 }
 

@@ -1,0 +1,53 @@
+// NormSpec -> MLIR, built through the C++ API (no textual IR, no per-layer code).
+//
+// CPU (`lower_cpu`): one `func.func @<function>` over strided memrefs, one argument per kernel
+// argument in manifest order (inputs and params, then outputs), each memref over the tensor's
+// atomic axes in memory order, outermost first (GroupNorm's c = (g, cg) is two dims), innermost
+// stride 1, the other strides and the offset dynamic (the runtime passes chunks as sub-views).
+// Every reduction becomes linalg.generic ops writing a small accumulator buffer (memref.alloc) over
+// the reduction's result axes, in the declared accumulation type; each output is one
+// linalg.generic map that reads the tensors and those buffers and stores in its storage type
+// (arith.extf on load, arith.truncf on store). The function carries `llvm.emit_c_interface`.
+//
+// CUDA (`lower_cuda`): a gpu.module with one kernel, `gpu.func @<function>`: one block per index of
+// the "block axes" (the atomic axes no reduction reduces: rows, c for BatchNorm, (n, g) for
+// GroupNorm; for a layer without reductions all but the innermost), 256 threads striding over the
+// rest; each reduction is a per-thread partial followed by `gpu.all_reduce` (warp shuffles and
+// shared memory after convert-gpu-to-nvvm), Welford's triples are merged through workgroup memory.
+// Arguments: one flat `memref<?xT>` per kernel argument (dense), then one `index` per atomic axis
+// (ascending axis id) giving its extent.
+#pragma once
+
+#include "codegen/common/kernel_plan.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <string>
+#include <vector>
+
+namespace normgen::mlirgen {
+
+// A context with every dialect the lowering and the pipelines use, and the LLVM IR translations.
+std::unique_ptr<mlir::MLIRContext> make_context();
+
+mlir::OwningOpRef<mlir::ModuleOp> lower_cpu(mlir::MLIRContext &ctx, const NormSpec &spec, const KernelTypes &types, bool full,
+                                            const std::string &function);
+
+// The CUDA plan: which axes index the blocks.
+struct CudaPlan {
+    std::vector<AxisId> block_axes;  // ascending; the grid is their product (one dimension, x)
+    std::vector<AxisId> extent_axes; // the atomic axes whose extents follow the memrefs, ascending
+    int block_threads = 256;
+};
+CudaPlan plan_cuda(const NormSpec &spec);  // throws UserError-like std::runtime_error if unsupported
+
+mlir::OwningOpRef<mlir::ModuleOp> lower_cuda(mlir::MLIRContext &ctx, const NormSpec &spec, const KernelTypes &types, bool full,
+                                             const std::string &function, const CudaPlan &plan);
+
+// The atomic axes no reduction of the (core or full) kernel reduces and every output has, outermost
+// first: where the CPU runtime may split the work (runtime/mlir_abi.h).
+std::vector<AxisId> split_candidates(const NormSpec &spec, bool full);
+
+}  // namespace normgen::mlirgen

@@ -1,0 +1,54 @@
+// The MLIR pass pipelines, in one place: CPU (linalg -> loops -> LLVM, vectorized by LLVM's loop
+// vectorizer for the host's features) and CUDA (gpu -> NVVM -> PTX for sm_90); plus the object
+// file, the JIT used by `verify`, and the printing of each stage for `explain`.
+#pragma once
+
+#include "mlir/IR/BuiltinOps.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace normgen::mlirgen {
+
+// Stages `explain` prints: "linalg" (as built), "loops" (after linalg -> loops, before LLVM; the
+// name `vector` is accepted for it), "llvm" (optimized LLVM IR for the host), "ptx" (CUDA).
+using StageSink = std::function<void(const std::string &stage, const std::string &text)>;
+
+// linalg -> scf loops -> LLVM dialect, in place. Throws std::runtime_error with MLIR's diagnostics.
+void lower_cpu_to_llvm_dialect(mlir::ModuleOp module, const StageSink &sink = nullptr);
+
+// LLVM-dialect module -> optimized LLVM IR text for the host (`explain --stage llvm`).
+std::string host_llvm_ir(mlir::ModuleOp module);
+
+// LLVM-dialect module -> ELF object for the host CPU with all its features.
+void emit_host_object(mlir::ModuleOp module, const std::string &path);
+
+// The host's ISA tag ("avx512" when it has AVX-512 F/CD/BW/DQ/VL, else "avx2") and the CPU
+// features (__builtin_cpu_supports names) an object built for it needs.
+std::string host_isa();
+std::vector<std::string> host_cpu_features();
+
+// A JIT-compiled kernel (the LLVM-dialect module from lower_cpu_to_llvm_dialect): the address of
+// `_mlir_ciface_<function>`.
+class Jit {
+public:
+    Jit(mlir::ModuleOp module, const std::string &function);
+    ~Jit();
+    void *ciface() const { return ciface_; }
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    void *ciface_ = nullptr;
+};
+
+// gpu.module -> NVVM -> PTX for sm_90 (PTX ISA 8.0), libdevice linked from `cuda_root` when the
+// kernel calls it. Returns the PTX text.
+std::string cuda_ptx(mlir::ModuleOp module, const std::string &cuda_root, const StageSink &sink = nullptr);
+
+// Prints an op (module) to a string.
+std::string print_op(mlir::Operation *op);
+
+}  // namespace normgen::mlirgen

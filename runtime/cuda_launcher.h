@@ -1,0 +1,84 @@
+// The CUDA launcher: runs the generated mlir-cuda kernels (cubin or PTX, listed in the manifest with
+// "device": "cuda"). The CUDA driver (libcuda.so.1) is loaded at run time with dlopen, so every
+// normgen program starts on a machine without a GPU or driver; asking for the GPU there throws
+// CudaUnavailable with a plain sentence. Driver errors are reported by their names
+// (CUDA_ERROR_INVALID_PTX, ...) through cuGetErrorName.
+#pragma once
+
+#include "runtime/errors.h"
+#include "runtime/registry.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace normgen {
+
+// No usable GPU here: no driver library, no device, or cuInit failed. what() says which.
+struct CudaUnavailable : UserError {
+    using UserError::UserError;
+};
+
+class CudaDriver {
+public:
+    // Loads the driver ($NORMGEN_CUDA_DRIVER when set, else libcuda.so.1), initializes it and makes
+    // device 0's primary context current. Throws CudaUnavailable.
+    CudaDriver();
+    ~CudaDriver();
+    CudaDriver(const CudaDriver &) = delete;
+    CudaDriver &operator=(const CudaDriver &) = delete;
+
+    std::string device_name() const;
+
+    // A loaded module and one function of it.
+    struct Function {
+        void *module = nullptr;
+        void *function = nullptr;
+    };
+    Function load(const std::string &image_path, const std::string &entry);  // cubin or PTX
+
+    uint64_t alloc(size_t bytes);
+    void free(uint64_t ptr);
+    void upload(uint64_t dst, const void *src, size_t bytes);
+    void download(void *dst, uint64_t src, size_t bytes);
+    void fill(uint64_t dst, uint8_t byte, size_t bytes);
+    void launch(const Function &f, unsigned grid, unsigned block, std::vector<void *> &params);
+    void synchronize();
+    // Milliseconds of `launches` back-to-back launches, timed with CUDA events.
+    double time_ms(const Function &f, unsigned grid, unsigned block, std::vector<void *> &params, int launches);
+
+    // "CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)" for a driver result code.
+    std::string error_text(int code) const;
+
+private:
+    struct Api;
+    std::unique_ptr<Api> api_;
+    void check(int code, const char *what) const;
+};
+
+// Runs one mlir-cuda kernel of the registry on host tensors (dense, the kernel's storage types,
+// as for run_kernel): uploads inputs and parameters, poisons the outputs on the device, launches
+// one block of block_threads per index of the grid axes, downloads the outputs. `dir` is the folder
+// of the manifest (where the cubins are).
+class CudaKernelRunner {
+public:
+    CudaKernelRunner(CudaDriver &driver, const Registry::Kernel &kernel, const std::string &dir);
+    // tensors: name -> bytes (inputs read, outputs written); extents: atomic axis name -> extent.
+    void run(std::map<std::string, std::vector<uint8_t>> &tensors, const std::map<std::string, int64_t> &extents);
+    // Times the kernel on device copies of `tensors` (median of `reps` timings of `launches` launches), ms per launch.
+    double time(std::map<std::string, std::vector<uint8_t>> &tensors, const std::map<std::string, int64_t> &extents, int reps,
+                int launches);
+
+private:
+    CudaDriver &driver_;
+    const Registry::Kernel &kernel_;
+    CudaDriver::Function fn_;
+    unsigned block_ = 256;
+    std::vector<std::string> grid_axes_, extent_axes_;
+    struct Launch;
+    void prepare(Launch &l, std::map<std::string, std::vector<uint8_t>> &tensors, const std::map<std::string, int64_t> &extents);
+};
+
+}  // namespace normgen

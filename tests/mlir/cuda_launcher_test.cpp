@@ -1,0 +1,90 @@
+// The CUDA launcher on a machine without a GPU (or with one): loading the driver either works or
+// says plainly why not; the manifest's mlir-cuda kernels are described completely; asking for a
+// missing driver names it.
+#include "runtime/cuda_launcher.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <set>
+
+using namespace normgen;
+
+namespace {
+
+struct EnvGuard {
+    std::string name, old;
+    bool had;
+    EnvGuard(const char *n, const char *v) : name(n), had(std::getenv(n) != nullptr) {
+        if (had) old = std::getenv(n);
+        setenv(n, v, 1);
+    }
+    ~EnvGuard() {
+        if (had) setenv(name.c_str(), old.c_str(), 1);
+        else unsetenv(name.c_str());
+    }
+};
+
+}  // namespace
+
+TEST_CASE("a missing CUDA driver is reported by name, not a crash", "[cuda]") {
+    EnvGuard g("NORMGEN_CUDA_DRIVER", "/nonexistent/libcuda.so.1");
+    try {
+        CudaDriver d;
+        FAIL("a driver loaded from a path that does not exist");
+    } catch (const CudaUnavailable &e) {
+        std::string m = e.what();
+        CHECK(m.find("no CUDA driver") != std::string::npos);
+        CHECK(m.find("/nonexistent/libcuda.so.1") != std::string::npos);
+    }
+}
+
+TEST_CASE("the default driver either opens a device or says why not", "[cuda]") {
+    try {
+        CudaDriver d;
+        CHECK(!d.device_name().empty());
+        CHECK(d.error_text(100).find("CUDA_ERROR_NO_DEVICE") != std::string::npos);
+    } catch (const CudaUnavailable &e) {
+        WARN("no GPU here: " << e.what());
+        CHECK(std::string(e.what()).size() > 10);
+    }
+}
+
+TEST_CASE("every catalog layer has sm_90 kernels for every storage type, assembled without spills", "[cuda]") {
+    Registry reg = Registry::load(default_manifest_path(), kKernelTable, kKernelTableSize);
+    std::string dir = std::filesystem::path(default_manifest_path()).parent_path().string() + "/kernels";
+    std::map<std::string, std::set<std::string>> dtypes;
+    std::set<std::string> layers;
+    for (const Registry::Kernel *k : reg.kernels()) {
+        layers.insert(k->layer);
+        if (k->device != "cuda") continue;
+        INFO(k->function);
+        CHECK(k->backend == "mlir");
+        CHECK(std::filesystem::exists(dir + "/" + k->cuda.image));
+        CHECK(std::filesystem::exists(dir + "/" + k->cuda.ptx));
+        CHECK(k->cuda.registers > 0);
+        CHECK(k->cuda.spill_stores == 0);
+        CHECK(k->cuda.spill_loads == 0);
+        CHECK(k->cuda.block_threads == 256);
+        dtypes[k->layer].insert(dtype_name(k->dtype));
+    }
+    if (dtypes.empty()) {
+        WARN("the build generated no mlir-cuda kernels (no ptxas found)");
+        return;
+    }
+    for (const std::string &l : layers) {
+        INFO(l);
+        CHECK(dtypes[l] == std::set<std::string>{"f32", "bf16", "f16"});
+    }
+}
+
+TEST_CASE("a CUDA kernel is never selected for the CPU", "[cuda]") {
+    Registry reg = Registry::load(default_manifest_path(), kKernelTable, kKernelTableSize);
+    for (const Registry::Kernel *k : reg.kernels()) {
+        if (k->device != "cuda") continue;
+        const Registry::Kernel *s = reg.select(k->layer, k->dtype, k->full(), "", "mlir");
+        if (s) CHECK(s->device == "cpu");
+    }
+}
