@@ -3,7 +3,7 @@
 // the shapes of bench/shape_grids.h, all in one binary and one run. See bench/README.md.
 //
 // Rows are named CASE/IMPL, CASE = layer/model/dtype/shape (e.g. layer_norm/llama3-8b/f32/4096x4096),
-// IMPL = scalar | onednn | torch | normgen (run in that order, on the same tensors). Every row reports
+// IMPL = scalar | onednn | torch | normgen | mlir (run in that order, on the same tensors). Every row reports
 //   bytes_per_second  the floor traffic of the case (x read once, y written once, plus parameters
 //                     and extra outputs), per second; the same byte count for every implementation;
 //   GBps              the same in 1e9 bytes/s;
@@ -67,6 +67,10 @@ struct Prepared {
         std::string error;  // why it is not timed
     };
     std::map<std::string, Impl> impls;  // by implementation name, made on first use
+    // The MLIR backend's kernel for the same layer and storage type, checked on first use.
+    const Registry::Kernel *mlir = nullptr;
+    std::string mlir_error;
+    bool mlir_checked = false;
 };
 
 // Google Benchmark calls a benchmark function once per repetition (and more while it sizes the
@@ -162,8 +166,9 @@ void time_loop(benchmark::State &state, const std::string &case_name, const std:
     // time; well below 1 when other processes took the cores (or threads sat idle).
     state.counters["cpu_share"] = (process_cpu_seconds() - cpu0) / (seconds * bench_threads());
     samples()[case_name][impl].push_back(bps / 1e9);
-    if (impl == "normgen") {
+    if (impl == "normgen" || impl == "mlir") {
         auto &s = samples()[case_name];
+        if (impl == "mlir" && s.count("normgen")) state.counters["vs_halide"] = bps / 1e9 / median(s["normgen"]);
         double vendor = 0;
         for (const char *v : {"onednn", "torch"})
             if (s.count(v)) vendor = std::max(vendor, median(s[v]));
@@ -183,6 +188,30 @@ void BM_normgen(benchmark::State &state, const CaseSpec &spec) {
     time_loop(state, spec.name(), "normgen", c.bytes_per_call(), [&] { rc |= c.run(); });
     if (rc) state.SkipWithError(("Halide error " + std::to_string(rc)).c_str());
     state.SetLabel(c.kernel()->function);
+}
+
+// The MLIR CPU kernel (mlir-cpu, the same manifest and ABI) on the case's tensors, checked like
+// the Halide kernel before it is timed.
+void BM_mlir(benchmark::State &state, const CaseSpec &spec) {
+    Prepared &p = acquire(spec);
+    KernelCase &c = *p.kernel;
+    if (!p.mlir_checked) {
+        p.mlir_checked = true;
+        if (!c.error().empty()) p.mlir_error = "the case could not be prepared: " + c.error();
+        else if (!(p.mlir = registry().select(spec.layer, spec.dtype, false, "", "mlir")))
+            p.mlir_error = "unsupported: no mlir-cpu kernel for this layer and type in the manifest";
+        else if (std::string fail = c.check_other(*p.mlir); !fail.empty())
+            p.mlir_error = "wrong result: " + fail;
+        std::fprintf(stderr, "[check] %s/mlir: %s\n", spec.name().c_str(), p.mlir_error.empty() ? "passed" : p.mlir_error.c_str());
+    }
+    if (!p.mlir_error.empty()) {
+        state.SkipWithError(p.mlir_error.c_str());
+        return;
+    }
+    int rc = 0;
+    time_loop(state, spec.name(), "mlir", c.bytes_per_call(), [&] { rc |= c.run_other(p.mlir->argv); });
+    if (rc) state.SkipWithError(("MLIR kernel error " + std::to_string(rc)).c_str());
+    state.SetLabel(p.mlir->function);
 }
 
 void BM_baseline(benchmark::State &state, const CaseSpec &spec, const std::string &impl) {
@@ -206,6 +235,7 @@ void register_grid(const std::vector<GridCase> &grid) {
         for (const std::string &impl : baseline_names())
             set(benchmark::RegisterBenchmark((spec.name() + "/" + impl).c_str(), BM_baseline, spec, impl));
         set(benchmark::RegisterBenchmark((spec.name() + "/normgen").c_str(), BM_normgen, spec));
+        set(benchmark::RegisterBenchmark((spec.name() + "/mlir").c_str(), BM_mlir, spec));
     }
 }
 

@@ -13,6 +13,7 @@ data = json.load(open(sys.argv[1]))
 out = sys.argv[2]
 styles = {
     "normgen": dict(color="#c0392b", marker="o", linewidth=2.2, zorder=5),
+    "mlir": dict(color="#8e44ad", marker="D", linewidth=1.6, zorder=4),
     "onednn": dict(color="#2471a3", marker="s"),
     "torch": dict(color="#ee7733", marker="^"),
     "scalar": dict(color="#7f8c8d", marker="v"),

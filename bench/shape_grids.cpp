@@ -52,7 +52,7 @@ GridCase image(const std::string &layer, const std::string &model, int64_t n, in
 
 void add_transformer(std::vector<GridCase> &out, const std::string &layer) {
     for (int64_t t : {1, 8, 512, 4096, 16384}) out.push_back(rows(layer, "llama3-8b", t, 4096));
-    for (int64_t t : {1, 8, 512, 4096, 16384}) out.push_back(rows(layer, "llama3-70b", t, 8192));
+    for (int64_t t : {1, 8, 512, 4096, 16384, 32768}) out.push_back(rows(layer, "llama3-70b", t, 8192));
     out.push_back(rows(layer, "bert-base", 32 * 512, 768));
     out.push_back(rows(layer, "vit-l", 64 * 197, 1024));
     out.push_back(rows(layer, "wide", 64, 65536));

@@ -116,8 +116,17 @@ int mlir_run(const MlirKernelInfo &info, const std::vector<MlirTensor> &args, Pa
     }
     int chunks = 1;
     if (job.dims && job.extent > 1) {
-        chunks = (int)std::min<int64_t>(job.extent, 8 * threads);
-        job.chunk = (job.extent + chunks - 1) / chunks;
+        // Bytes per unit of the split axis, over the tensors that have it.
+        int64_t unit = 0;
+        for (int a = 0; a < info.nargs; ++a) {
+            if (job.dims[a] < 0) continue;
+            int64_t n = args[a].elem_bytes;
+            for (size_t k = 0; k < args[a].sizes.size(); ++k)
+                if ((int)k != job.dims[a]) n *= args[a].sizes[k];
+            unit += n;
+        }
+        job.chunk = std::max<int64_t>(1, kMlirChunkBytes / std::max<int64_t>(unit, 1));
+        job.chunk = std::min(job.chunk, (job.extent + threads - 1) / threads);  // every thread gets work
         chunks = (int)((job.extent + job.chunk - 1) / job.chunk);
     } else {
         job.dims = nullptr;
@@ -131,6 +140,7 @@ int mlir_argv(const MlirKernelInfo &info, void **args, ParFor par_for) {
     for (int a = 0; a < info.nargs; ++a) {
         const halide_buffer_t *b = static_cast<const halide_buffer_t *>(args[a]);
         t[a].data = b->host;
+        t[a].elem_bytes = (b->type.bits + 7) / 8;
         // halide_buffer_t dims are innermost first; the memref's outermost first.
         for (int k = b->dimensions - 1; k >= 0; --k) t[a].sizes.push_back(b->dim[k].extent);
     }

@@ -6,7 +6,9 @@
 // Threads: the kernel itself is serial; the runtime drives the parallelism. It picks one axis that
 // no reduction of the layer reduces and that every output has (rows for LayerNorm, c for
 // BatchNorm, n or g for GroupNorm), cuts it into chunks, and calls the kernel once per chunk on
-// sub-views (offset and size of that dimension adjusted), through a parallel-for (Halide's thread
+// sub-views (offset and size of that dimension adjusted), through a parallel-for. A chunk holds
+// about kMlirChunkBytes of the tensors along that axis, so that the kernel's passes over it (a
+// LayerNorm reads its rows three times) hit the core's L2 cache instead of memory (Halide's thread
 // pool in the kernel library, so Halide and MLIR kernels run on the same threads). Why this and not
 // a parallel loop inside the kernel: the chunks are independent by construction (the axis is not
 // reduced), the kernel stays one function that MLIR's CPU pipeline vectorizes without an OpenMP or
@@ -27,6 +29,8 @@ struct MlirKernelInfo {
     void *ciface = nullptr;  // _mlir_ciface_<function>: void(void *d0, void *d1, ...), nargs pointers
 };
 
+constexpr int64_t kMlirChunkBytes = 512 << 10;
+
 // The most arguments an MLIR kernel may take (the C call is spelled out per count).
 constexpr int kMlirMaxArgs = 16;
 
@@ -39,6 +43,7 @@ int serial_par_for(void *user_context, int (*task)(void *, int, uint8_t *), int 
 struct MlirTensor {
     void *data = nullptr;
     std::vector<int64_t> sizes;  // outermost first; the tensor is dense
+    int elem_bytes = 4;
 };
 
 // Calls the kernel on `args` (manifest order), split into chunks as above. Returns 0.

@@ -25,7 +25,7 @@ namespace normgen {
 namespace {
 
 const char *const kVendors[] = {"onednn", "torch"};
-const char *const kImpls[] = {"normgen", "onednn", "torch", "scalar"};
+const char *const kImpls[] = {"normgen", "mlir", "onednn", "torch", "scalar"};
 
 struct Measure {
     double gbps = 0;
@@ -202,8 +202,8 @@ int run_report(const ReportOptions &opt) {
             if (c->dram && c->impl.count("normgen") && (!dram || c->impl.at("normgen").gbps > dram->impl.at("normgen").gbps)) dram = c;
 
         tables << "\n## " << layer << "\n\n"
-               << "| case | MiB | normgen | oneDNN | PyTorch | scalar | copy nt / plain | read | % NT copy | % best copy | vs best vendor |\n"
-               << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+               << "| case | MiB | normgen | MLIR | oneDNN | PyTorch | scalar | copy nt / plain | read | % NT copy | % best copy | vs best vendor |\n"
+               << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
         std::map<std::string, std::string> notes;  // "impl: message" -> first case
         json series = json::object(), roof = {{"copy_nt", json::array()}, {"copy_plain", json::array()}, {"read", json::array()}};
         for (const char *i : kImpls) series[i] = json::array();
@@ -241,7 +241,7 @@ int run_report(const ReportOptions &opt) {
                 }
             }
             tables << "| " << c->label() << " | " << fixed(c->bytes / 1048576.0, 1) << " | " << (ng.empty() ? "" : "**" + ng + "**") << " | "
-                   << cell("onednn") << " | " << cell("torch") << " | " << cell("scalar") << " | " << fixed(c->copy_nt, 1) << " / "
+                   << cell("mlir") << " | " << cell("onednn") << " | " << cell("torch") << " | " << cell("scalar") << " | " << fixed(c->copy_nt, 1) << " / "
                    << fixed(c->copy_plain, 1) << " | " << fixed(c->read, 1) << " | " << pct_nt << " | " << pct_best << " | " << vs << " |\n";
             labels.push_back(c->label());
             for (const char *i : kImpls) {
@@ -277,6 +277,8 @@ int run_report(const ReportOptions &opt) {
        << "Machine: " << context_line(p.context) << ".\n\n"
        << "GB/s count the floor traffic of each case (x read once, y written once, plus parameters and\n"
        << "extra outputs), the same byte count for every implementation; medians of the repetitions.\n"
+       << "`normgen` is the Halide kernel (the one the registry selects), `MLIR` the mlir-cpu kernel of the\n"
+       << "same declaration (linalg -> LLVM); the speedups and `%` columns are the Halide kernel's.\n"
        << "`% NT copy`: of the copy with non-temporal stores at the same byte count and thread count;\n"
        << "`% best copy`: of the faster of the two copies. `vs best vendor`: normgen / max(oneDNN, PyTorch);\n"
        << "every implementation was checked against the float64 reference before it was timed.\n\n"

@@ -93,7 +93,7 @@ public:
         };
         for (const TensorInfo &t : spec_.tensors) {
             bytes.push_back(encode(inputs.at(t.name).data, types_.storage.at(t.name)));
-            args.push_back({nullptr, sizes_of(t.dims)});
+            args.push_back({nullptr, sizes_of(t.dims), (int)dtype_size(types_.storage.at(t.name))});
         }
         std::vector<const OutputInfo *> outs;
         for (const OutputInfo &o : spec_.outputs) {
@@ -101,7 +101,7 @@ public:
             int64_t n = 1;
             for (int64_t v : s) n *= v;
             bytes.emplace_back((size_t)n * dtype_size(types_.storage.at(o.name)), 0xff);  // NaN poison
-            args.push_back({nullptr, s});
+            args.push_back({nullptr, s, (int)dtype_size(types_.storage.at(o.name))});
             outs.push_back(&o);
         }
         for (size_t i = 0; i < args.size(); ++i) args[i].data = bytes[i].data();

@@ -105,8 +105,10 @@ std::unique_ptr<llvm::Module> optimized_ir(mlir::ModuleOp module, llvm::LLVMCont
 void approximate_math(mlir::ModuleOp module, const Diagnostics &d) {
     mlir::RewritePatternSet patterns(module->getContext());
     mlir::populateMathPolynomialApproximationPatterns(patterns, [](llvm::StringRef name) {
-        return name == "tanh" || name == "exp" || name == "log" || name == "expm1" || name == "log1p";
+        name.consume_front("math.");
+        return name == "exp" || name == "log" || name == "expm1" || name == "log1p";
     });
+    mlir::populatePolynomialApproximateTanhPattern(patterns);
     // bf16 <-> f32 as integer shifts with round-to-nearest-even (no libgcc/compiler-rt helper needed).
     mlir::arith::populateExpandBFloat16Patterns(patterns);
     if (mlir::failed(mlir::applyPatternsGreedily(module, std::move(patterns)))) d.fail("approximating math functions");
@@ -139,8 +141,8 @@ void lower_cpu_to_llvm_dialect(mlir::ModuleOp module, const StageSink &sink) {
     pm.addPass(mlir::createSCFToControlFlowPass());
     pm.addPass(mlir::memref::createExpandStridedMetadataPass());
     pm.addPass(mlir::createLowerAffinePass());
-    pm.addPass(mlir::createConvertMathToLibmPass());  // f64 transcendentals: libm calls
-    pm.addPass(mlir::createConvertMathToLLVMPass());
+    pm.addPass(mlir::createConvertMathToLLVMPass());   // sqrt, fma, abs, ...: LLVM intrinsics
+    pm.addPass(mlir::createConvertMathToLibmPass());   // what is left (f64 transcendentals): libm calls
     pm.addPass(mlir::createFinalizeMemRefToLLVMConversionPass());
     pm.addPass(mlir::createArithToLLVMConversionPass());
     pm.addPass(mlir::createConvertIndexToLLVMPass());
