@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The README's run command: install what is missing, build (which generates the Halide kernels of
-# every catalog layer x {f32, bf16, f16} x {host, x86-64-avx2} into build/generated/), then run the
-# main job on the built-in catalog (dsl/catalog/*.norm):
+# every catalog layer x {f32, bf16, f16} x {host, x86-64-avx2}, and the MLIR kernels: mlir-cpu for
+# this host and mlir-cuda sm_90 cubins, into build/generated/), then run the main job on the
+# built-in catalog (dsl/catalog/*.norm):
 #   1. check every declaration;
-#   2. verify every layer's kernels against the float64 reference (a spread of the shape sweep;
-#      the tests run all of it);
+#   2. verify every layer's kernels against the float64 reference, Halide (both targets) and MLIR
+#      (this host) (a spread of the shape sweep; the tests run all of it);
 #   3. the table of what each layer is;
 #   4. a short benchmark (about two minutes: bench/shape_grids.h short_grid()) of the kernels beside
 #      oneDNN, PyTorch, a scalar baseline and the copy rooflines, and its report table
@@ -23,6 +24,10 @@ build/bin/normgen verify dsl/catalog/*.norm --dtype all --target host,x86-64-avx
   2> >(grep -v "type operation is emulated" >&2) || verify_rc=$?
 grep -E "FAIL|passed" build/verify.txt || true
 echo "(the whole table: build/verify.txt)"
+echo "-- normgen verify dsl/catalog/*.norm --backend mlir --dtype all --quick"
+build/bin/normgen verify dsl/catalog/*.norm --backend mlir --dtype all --quick > build/verify_mlir.txt 2>/dev/null || verify_rc=$?
+grep -E "FAIL|passed" build/verify_mlir.txt || true
+echo "(the whole table: build/verify_mlir.txt; the mlir-cuda kernels run on a GPU: scripts/gpu.sh)"
 echo
 echo "== 3. normgen catalog dsl/catalog/*.norm"
 build/bin/normgen catalog dsl/catalog/*.norm
