@@ -10,27 +10,31 @@ namespace normgen {
 
 namespace {
 
-// A descriptor as 64-bit words: allocated, aligned, offset, sizes[R], strides[R].
+// A descriptor as 64-bit words: allocated, aligned, offset, sizes[R], strides[R]. Fixed-size, so
+// a call allocates nothing (a one-row LayerNorm takes about a microsecond: mallocs showed up).
+constexpr int kMaxRank = 8;
 struct Descriptor {
-    std::vector<int64_t> words;
+    int64_t words[3 + 2 * kMaxRank] = {};
     int rank = 0;
+    int elem_bytes = 4;
     int64_t &offset() { return words[2]; }
     int64_t &size(int d) { return words[3 + d]; }
     int64_t &stride(int d) { return words[3 + rank + d]; }
 };
 
-Descriptor describe(const MlirTensor &t) {
-    Descriptor d;
-    d.rank = (int)t.sizes.size();
-    d.words.assign(3 + 2 * d.rank, 0);
-    d.words[0] = d.words[1] = (int64_t)(intptr_t)t.data;
+// A dense tensor: `sizes` outermost first.
+void describe(Descriptor &d, void *data, const int64_t *sizes, int rank, int elem_bytes) {
+    if (rank > kMaxRank) std::abort();  // refused at generation time: tensors have few axes
+    d.rank = rank;
+    d.elem_bytes = elem_bytes;
+    d.words[0] = d.words[1] = (int64_t)(intptr_t)data;
+    d.words[2] = 0;
     int64_t stride = 1;
-    for (int k = d.rank - 1; k >= 0; --k) {
-        d.size(k) = t.sizes[k];
+    for (int k = rank - 1; k >= 0; --k) {
+        d.size(k) = sizes[k];
         d.stride(k) = stride;
-        stride *= t.sizes[k];
+        stride *= sizes[k];
     }
-    return d;
 }
 
 void invoke(void *fn, int n, void **d) {
@@ -57,48 +61,45 @@ void invoke(void *fn, int n, void **d) {
 }
 
 struct Job {
-    const MlirKernelInfo *info;
-    std::vector<Descriptor> base;
-    const int *dims;  // the chosen candidate's row of info->split, or nullptr (one chunk)
+    const MlirKernelInfo *info = nullptr;
+    Descriptor base[kMlirMaxArgs];
+    const int *dims = nullptr;  // the chosen candidate's row of info->split, or nullptr (one chunk)
     int64_t extent = 1, chunk = 1;
 };
 
 int run_chunk(void *, int index, uint8_t *closure) {
     const Job &job = *reinterpret_cast<const Job *>(closure);
-    std::vector<Descriptor> d = job.base;
+    const int n = job.info->nargs;
+    Descriptor d[kMlirMaxArgs];
+    void *ptrs[kMlirMaxArgs];
+    for (int a = 0; a < n; ++a) d[a] = job.base[a];
     if (job.dims) {
         int64_t begin = index * job.chunk, len = std::min(job.chunk, job.extent - begin);
-        for (int a = 0; a < job.info->nargs; ++a) {
+        for (int a = 0; a < n; ++a) {
             int dim = job.dims[a];
             if (dim < 0) continue;
             d[a].offset() += begin * d[a].stride(dim);
             d[a].size(dim) = len;
         }
     }
-    std::vector<void *> ptrs(d.size());
-    for (size_t a = 0; a < d.size(); ++a) ptrs[a] = d[a].words.data();
-    invoke(job.info->ciface, (int)ptrs.size(), ptrs.data());
+    for (int a = 0; a < n; ++a) ptrs[a] = d[a].words;
+    invoke(job.info->ciface, n, ptrs);
     return 0;
 }
 
+// Halide's pool size: $HL_NUM_THREADS, else the core count. Read once (hardware_concurrency reads
+// sysfs: too slow for every call).
 int thread_count() {
-    if (const char *e = std::getenv("HL_NUM_THREADS"))
-        if (int n = std::atoi(e); n > 0) return n;
-    return std::max(1u, std::thread::hardware_concurrency());
+    static const int n = [] {
+        if (const char *e = std::getenv("HL_NUM_THREADS"))
+            if (int v = std::atoi(e); v > 0) return v;
+        return (int)std::max(1u, std::thread::hardware_concurrency());
+    }();
+    return n;
 }
 
-}  // namespace
-
-int serial_par_for(void *uc, int (*task)(void *, int, uint8_t *), int min, int size, uint8_t *closure) {
-    for (int i = min; i < min + size; ++i)
-        if (int rc = task(uc, i, closure)) return rc;
-    return 0;
-}
-
-int mlir_run(const MlirKernelInfo &info, const std::vector<MlirTensor> &args, ParFor par_for) {
-    Job job;
-    job.info = &info;
-    for (const MlirTensor &t : args) job.base.push_back(describe(t));
+int run_job(Job &job, ParFor par_for) {
+    const MlirKernelInfo &info = *job.info;
     // The first candidate long enough to give every thread a few chunks; else the longest one.
     const int threads = thread_count();
     int64_t best = 0;
@@ -106,7 +107,7 @@ int mlir_run(const MlirKernelInfo &info, const std::vector<MlirTensor> &args, Pa
         const int *row = info.split + c * info.nargs;
         int64_t extent = -1;
         for (int a = 0; a < info.nargs && extent < 0; ++a)
-            if (row[a] >= 0) extent = args[a].sizes[row[a]];
+            if (row[a] >= 0) extent = job.base[a].size(row[a]);
         if (extent > best) {
             best = extent;
             job.dims = row;
@@ -120,9 +121,9 @@ int mlir_run(const MlirKernelInfo &info, const std::vector<MlirTensor> &args, Pa
         int64_t unit = 0;
         for (int a = 0; a < info.nargs; ++a) {
             if (job.dims[a] < 0) continue;
-            int64_t n = args[a].elem_bytes;
-            for (size_t k = 0; k < args[a].sizes.size(); ++k)
-                if ((int)k != job.dims[a]) n *= args[a].sizes[k];
+            int64_t n = job.base[a].elem_bytes;
+            for (int k = 0; k < job.base[a].rank; ++k)
+                if (k != job.dims[a]) n *= job.base[a].size(k);
             unit += n;
         }
         job.chunk = std::max<int64_t>(1, kMlirChunkBytes / std::max<int64_t>(unit, 1));
@@ -135,16 +136,32 @@ int mlir_run(const MlirKernelInfo &info, const std::vector<MlirTensor> &args, Pa
     return par_for(nullptr, run_chunk, 0, chunks, reinterpret_cast<uint8_t *>(&job));
 }
 
+}  // namespace
+
+int serial_par_for(void *uc, int (*task)(void *, int, uint8_t *), int min, int size, uint8_t *closure) {
+    for (int i = min; i < min + size; ++i)
+        if (int rc = task(uc, i, closure)) return rc;
+    return 0;
+}
+
+int mlir_run(const MlirKernelInfo &info, const std::vector<MlirTensor> &args, ParFor par_for) {
+    Job job;
+    job.info = &info;
+    for (int a = 0; a < info.nargs; ++a) describe(job.base[a], args[a].data, args[a].sizes.data(), (int)args[a].sizes.size(), args[a].elem_bytes);
+    return run_job(job, par_for);
+}
+
 int mlir_argv(const MlirKernelInfo &info, void **args, ParFor par_for) {
-    std::vector<MlirTensor> t(info.nargs);
+    Job job;
+    job.info = &info;
     for (int a = 0; a < info.nargs; ++a) {
         const halide_buffer_t *b = static_cast<const halide_buffer_t *>(args[a]);
-        t[a].data = b->host;
-        t[a].elem_bytes = (b->type.bits + 7) / 8;
         // halide_buffer_t dims are innermost first; the memref's outermost first.
-        for (int k = b->dimensions - 1; k >= 0; --k) t[a].sizes.push_back(b->dim[k].extent);
+        int64_t sizes[kMaxRank];
+        for (int k = 0; k < b->dimensions && k < kMaxRank; ++k) sizes[b->dimensions - 1 - k] = b->dim[k].extent;
+        describe(job.base[a], b->host, sizes, b->dimensions, (b->type.bits + 7) / 8);
     }
-    return mlir_run(info, t, par_for);
+    return run_job(job, par_for);
 }
 
 }  // namespace normgen

@@ -56,9 +56,36 @@ Type element_type(MLIRContext &ctx, DType t) {
     return Float32Type::get(&ctx);
 }
 
+// The CPU kernels keep bf16 tensors as i16 bit patterns: x86 without AVX512-BF16 has no bf16
+// vectors, and LLVM scalarizes every <N x bfloat> store (RMSNorm bf16 ran at a third of f32).
+// Widening is a shift; narrowing rounds to nearest even in integer arithmetic (NaN stays NaN).
+Type cpu_storage_type(MLIRContext &ctx, DType t) { return t == DType::BF16 ? Type(IntegerType::get(&ctx, 16)) : element_type(ctx, t); }
+
+Value convert(OpBuilder &b, Location loc, Value v, Type to);
+
+Value bf16_bits_to_f32(OpBuilder &b, Location loc, Value bits) {
+    Value w = arith::ExtUIOp::create(b, loc, b.getI32Type(), bits);
+    w = arith::ShLIOp::create(b, loc, w, arith::ConstantIntOp::create(b, loc, b.getI32Type(), 16));
+    return arith::BitcastOp::create(b, loc, b.getF32Type(), w);
+}
+
+Value f32_to_bf16_bits(OpBuilder &b, Location loc, Value f) {
+    Type i32 = b.getI32Type();
+    auto c = [&](int64_t v) { return arith::ConstantIntOp::create(b, loc, i32, v); };
+    Value bits = arith::BitcastOp::create(b, loc, i32, f);
+    Value lsb = arith::AndIOp::create(b, loc, arith::ShRUIOp::create(b, loc, bits, c(16)), c(1));
+    Value rounded = arith::AddIOp::create(b, loc, bits, arith::AddIOp::create(b, loc, lsb, c(0x7fff)));
+    Value hi = arith::ShRUIOp::create(b, loc, rounded, c(16));
+    Value nan = arith::OrIOp::create(b, loc, arith::ShRUIOp::create(b, loc, bits, c(16)), c(0x40));  // quiet NaN
+    Value is_nan = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::UNO, f, f);
+    return arith::TruncIOp::create(b, loc, b.getI16Type(), arith::SelectOp::create(b, loc, is_nan, nan, hi));
+}
+
 Value convert(OpBuilder &b, Location loc, Value v, Type to) {
     Type from = v.getType();
     if (from == to) return v;
+    if (from.isInteger(16)) return convert(b, loc, bf16_bits_to_f32(b, loc, v), to);
+    if (to.isInteger(16)) return f32_to_bf16_bits(b, loc, convert(b, loc, v, b.getF32Type()));
     if (from.getIntOrFloatBitWidth() < to.getIntOrFloatBitWidth()) return arith::ExtFOp::create(b, loc, to, v);
     if (from.getIntOrFloatBitWidth() > to.getIntOrFloatBitWidth()) {
         // f64 -> bf16/f16 through f32 (x86 has no direct conversion; LLVM would call a libgcc
@@ -266,7 +293,7 @@ public:
             const Node &e = *spec_.values[o.value].expr;
             Inputs in = inputs_for(e);
             std::vector<AxisId> oat = spec_.memory_atoms(o.dims);
-            Type st = element_type(ctx_, types_.storage.at(o.name));
+            Type st = cpu_storage_type(ctx_, types_.storage.at(o.name));
             generic(oat, {}, in.ops, {{fn.getArgument((unsigned)(spec_.tensors.size() + k)), oat}},
                     [&](OpBuilder &b, Location loc, ValueRange args) -> SmallVector<Value> {
                         return {convert(b, loc, eval(b, loc, e, in, args), st)};
@@ -302,7 +329,7 @@ private:
     MemRefType arg_type(DType t, int rank) {
         SmallVector<int64_t> shape(rank, ShapedType::kDynamic), strides(rank, ShapedType::kDynamic);
         if (rank) strides.back() = 1;
-        return MemRefType::get(shape, element_type(ctx_, t), StridedLayoutAttr::get(&ctx_, ShapedType::kDynamic, strides));
+        return MemRefType::get(shape, cpu_storage_type(ctx_, t), StridedLayoutAttr::get(&ctx_, ShapedType::kDynamic, strides));
     }
 
     Value alloc(const AxisSet &axes, std::optional<double> init) {
