@@ -294,10 +294,10 @@ public:
             Inputs in = inputs_for(e);
             std::vector<AxisId> oat = spec_.memory_atoms(o.dims);
             Type st = cpu_storage_type(ctx_, types_.storage.at(o.name));
-            generic(oat, {}, in.ops, {{fn.getArgument((unsigned)(spec_.tensors.size() + k)), oat}},
-                    [&](OpBuilder &b, Location loc, ValueRange args) -> SmallVector<Value> {
-                        return {convert(b, loc, eval(b, loc, e, in, args), st)};
-                    });
+            map(oat, in.ops, {fn.getArgument((unsigned)(spec_.tensors.size() + k)), oat},
+                [&](OpBuilder &b, Location loc, ValueRange args) -> SmallVector<Value> {
+                    return {convert(b, loc, eval(b, loc, e, in, args), st)};
+                });
         }
         for (Value m : allocs_) memref::DeallocOp::create(b_, loc_, m);
         func::ReturnOp::create(b_, loc_);
@@ -371,6 +371,79 @@ private:
                                       SmallVector<Value> y = body(nb, nl, args);
                                       linalg::YieldOp::create(nb, nl, y);
                                   });
+    }
+
+    // The longest trailing run of the output's axes (at least two) that every operand either has
+    // as its own trailing axes, in order, or lacks entirely: BatchNorm's (h, w). 0 when none.
+    static size_t fusable_suffix(const std::vector<AxisId> &out, const std::vector<Operand> &ops) {
+        for (size_t k = out.size(); k >= 2; --k) {
+            std::vector<AxisId> tail(out.end() - k, out.end());
+            bool ok = true;
+            for (const Operand &op : ops) {
+                size_t shared = 0;
+                for (AxisId a : tail) shared += std::count(op.atoms.begin(), op.atoms.end(), a);
+                if (shared == 0) continue;
+                ok = ok && shared == k && op.atoms.size() >= k && std::equal(tail.begin(), tail.end(), op.atoms.end() - k);
+            }
+            if (ok) return k;
+        }
+        return 0;
+    }
+
+    // An output's map. When its trailing axes can be fused (fusable_suffix) and every operand is
+    // contiguous across them at run time, the map runs over one fused axis instead (a 7x7 plane
+    // is one loop of 49, which the vectorizer can use); otherwise over the axes as declared.
+    void map(const std::vector<AxisId> &domain, const std::vector<Operand> &ins, const Operand &out, const Body &body) {
+        std::vector<Operand> all = ins;
+        all.push_back(out);
+        const size_t k = fusable_suffix(domain, all);
+        if (k < 2) {
+            generic(domain, {}, ins, {out}, body);
+            return;
+        }
+        const AxisId fused = (AxisId)spec_.axes.size() + 1;  // a pseudo axis for the fused run
+        std::vector<AxisId> tail(domain.end() - k, domain.end()), fdomain(domain.begin(), domain.end() - k);
+        fdomain.push_back(fused);
+        Value cond = arith::ConstantIntOp::create(b_, loc_, b_.getI1Type(), 1);
+        std::vector<Operand> views;
+        for (const Operand &op : all) {
+            if (!std::count(op.atoms.begin(), op.atoms.end(), tail[0])) {
+                views.push_back(op);
+                continue;
+            }
+            auto meta = memref::ExtractStridedMetadataOp::create(b_, loc_, op.mem);
+            const size_t r = op.atoms.size(), first = r - k;
+            Value n = meta.getSizes()[r - 1];
+            Value inner_one = arith::CmpIOp::create(b_, loc_, arith::CmpIPredicate::eq, meta.getStrides()[r - 1], index_cst(b_, loc_, 1));
+            cond = arith::AndIOp::create(b_, loc_, cond, inner_one);
+            for (size_t j = r - 1; j > first; --j) {
+                Value want = arith::MulIOp::create(b_, loc_, meta.getStrides()[j], meta.getSizes()[j]);
+                cond = arith::AndIOp::create(b_, loc_, cond,
+                                             arith::CmpIOp::create(b_, loc_, arith::CmpIPredicate::eq, meta.getStrides()[j - 1], want));
+                n = arith::MulIOp::create(b_, loc_, n, meta.getSizes()[j - 1]);
+            }
+            SmallVector<OpFoldResult> sizes, strides;
+            for (size_t j = 0; j < first; ++j) {
+                sizes.push_back(meta.getSizes()[j]);
+                strides.push_back(meta.getStrides()[j]);
+            }
+            sizes.push_back(n);
+            strides.push_back(b_.getIndexAttr(1));
+            SmallVector<int64_t> shape(first + 1, ShapedType::kDynamic), st(first + 1, ShapedType::kDynamic);
+            st.back() = 1;
+            auto type = MemRefType::get(shape, cast<MemRefType>(op.mem.getType()).getElementType(),
+                                        StridedLayoutAttr::get(&ctx_, ShapedType::kDynamic, st));
+            Value v = memref::ReinterpretCastOp::create(b_, loc_, type, meta.getBaseBuffer(), OpFoldResult(meta.getOffset()), sizes, strides);
+            std::vector<AxisId> atoms(op.atoms.begin(), op.atoms.begin() + first);
+            atoms.push_back(fused);
+            views.push_back({v, atoms});
+        }
+        auto branch = scf::IfOp::create(b_, loc_, cond, /*withElseRegion=*/true);
+        OpBuilder::InsertionGuard guard(b_);
+        b_.setInsertionPoint(branch.thenBlock()->getTerminator());
+        generic(fdomain, {}, std::vector<Operand>(views.begin(), views.end() - 1), {views.back()}, body);
+        b_.setInsertionPoint(branch.elseBlock()->getTerminator());
+        generic(domain, {}, ins, {out}, body);
     }
 
     Inputs inputs_for(const Node &expr) {
