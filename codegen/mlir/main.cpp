@@ -12,6 +12,7 @@
 #include "dsl/checker.h"
 #include "runtime/errors.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 
@@ -60,12 +61,9 @@ int run(std::vector<std::string> args) {
     args.erase(args.begin());
     std::string cuda_root = cuda_root_from(args);
     if (cmd == "verify") {
+        if (std::find(args.begin(), args.end(), "--backend") == args.end()) args.insert(args.end(), {"--backend", "mlir"});
         VerifyArgs v = parse_verify_args(args);
-        if (v.backend != "mlir" && v.backend != "halide") throw Usage("verify: unknown backend");
-        if (v.backend == "halide") {
-            // Only the default applies here (no --backend given): verify the MLIR host kernel.
-            v.targets = {"host"};
-        }
+        if (v.backend != "mlir") throw Usage("verify: normgen-mlir verifies --backend mlir (for halide: normgen verify)");
         return cmd_verify(v, [](const NormSpec &spec, DType dtype, const std::string &) { return mlirgen::make_jit_kernel(spec, dtype); });
     }
     if (cmd == "explain") {
