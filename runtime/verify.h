@@ -7,9 +7,9 @@
 //   bf16/f16 output:  |kernel - round(ref)| <= u ulps of the storage type at ref (u = 1; 2 when the
 //                     layer uses tanh) + K * eps_acc * S
 // S is the output's measured sensitivity to a relative perturbation of the inputs (the reference
-// re-evaluated on inputs scaled by 1 + 2^-24 * (+-1), once with random signs, once all scaled up
-// in magnitude, which is a sum's worst case): it is what accumulating in eps_acc
-// precision can cost on ill-conditioned inputs (x = 1e4 + N(0,1): a two-pass variance passes, a
+// re-evaluated on inputs scaled by 1 + 2^-24 * (+-1): with random signs (twice), all scaled up in
+// magnitude (a sum's worst case), and with signs alternating along memory (neighbours apart)): it
+// is what accumulating in eps_acc precision can cost on ill-conditioned inputs (x = 1e4 + N(0,1): a two-pass variance passes, a
 // one-pass variance does not). K = 64.
 #pragma once
 
