@@ -1,5 +1,7 @@
 #include "codegen/mlir/lower.h"
 
+#include "runtime/errors.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -1018,10 +1020,10 @@ CudaPlan plan_cuda(const NormSpec &spec) {
         for (const NodePtr &n : s.reductions)
             for (AxisId a : n->axes)
                 if (!std::count(p.block_axes.begin(), p.block_axes.end(), a))
-                    throw std::runtime_error("mlir-cuda: the reduction at " + std::to_string(n->loc.line) + ":" + std::to_string(n->loc.col) +
-                                             " keeps axis '" + spec.axes[a].name +
-                                             "', which another stage reduces; the CUDA lowering needs every statistic to be per block "
-                                             "(axes no stage reduces)");
+                    throw UserError(spec.file + ":" + std::to_string(n->loc.line) + ":" + std::to_string(n->loc.col) +
+                                    ": mlir-cuda: this reduction keeps axis '" + spec.axes[a].name +
+                                    "', which another stage reduces; the CUDA lowering needs every statistic to be per block "
+                                    "(over axes no stage reduces)");
     return p;
 }
 

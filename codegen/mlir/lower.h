@@ -41,7 +41,7 @@ struct CudaPlan {
     std::vector<AxisId> extent_axes; // the atomic axes whose extents follow the memrefs, ascending
     int block_threads = 256;
 };
-CudaPlan plan_cuda(const NormSpec &spec);  // throws UserError-like std::runtime_error if unsupported
+CudaPlan plan_cuda(const NormSpec &spec);  // throws UserError (file:line:col) if the plan does not fit
 
 mlir::OwningOpRef<mlir::ModuleOp> lower_cuda(mlir::MLIRContext &ctx, const NormSpec &spec, const KernelTypes &types, bool full,
                                              const std::string &function, const CudaPlan &plan);
