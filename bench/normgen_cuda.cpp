@@ -27,7 +27,6 @@ constexpr int kSkip = 77;
 
 std::map<std::string, std::vector<uint8_t>> device_tensors(const Registry::Kernel &k, const TensorMap &inputs, const AxisExtents &ext) {
     std::map<std::string, std::vector<uint8_t>> t;
-    const NormSpec &spec = *k.spec;
     for (const KernelArg &a : k.args) {
         if (a.role != KernelArg::Output) {
             t[a.name] = encode(inputs.at(a.name).data, a.dtype);
@@ -37,7 +36,6 @@ std::map<std::string, std::vector<uint8_t>> device_tensors(const Registry::Kerne
             t[a.name].assign((size_t)n * dtype_size(a.dtype), 0xff);
         }
     }
-    (void)spec;
     return t;
 }
 

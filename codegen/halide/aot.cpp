@@ -36,8 +36,7 @@ std::vector<std::string> cpu_features(const Target &t) {
 json compile_halide_kernels(const NormSpec &spec, const AotRequest &req) {
     namespace fs = std::filesystem;
     fs::create_directories(req.out_dir);
-    bool has_optional = false;
-    for (const OutputInfo &o : spec.outputs) has_optional = has_optional || o.optional;
+    const bool has_optional = has_optional_outputs(spec);
     std::string canonical = print_norm(spec);
     json entries = json::array();
     std::set<std::string> seen_isa;

@@ -44,8 +44,7 @@ int run(const std::vector<std::string> &args) {
         NormSpec spec = load_norm_file(files[0]);
         hl::AotRequest req{source.empty() ? files[0] : source, dtypes, targets, out, {}};
         json entries = hl::compile_halide_kernels(spec, req);
-        std::ofstream(fragment + ".tmp") << entries.dump(1) << "\n";
-        std::rename((fragment + ".tmp").c_str(), fragment.c_str());
+        write_file_atomically(fragment, entries.dump(1) + "\n");
         std::cerr << "normgen-gen: " << spec.name << ": " << entries.size() << " kernels\n";
         return 0;
     }

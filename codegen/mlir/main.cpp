@@ -6,6 +6,7 @@
 //   normgen-mlir explain FILE [--backend mlir] [--stage linalg|loops|vector|llvm|gpu|nvvm|ptx] [--dtype T]
 //   normgen-mlir compile FILE --out DIR --fragment F.json [--dtype ...] [--source NAME] [--no-cpu] [--cuda]
 //   (--cuda-root DIR: the CUDA toolkit for libdevice and ptxas; default: the one found at configure time)
+#include "codegen/common/manifest.h"
 #include "codegen/driver/options.h"
 #include "codegen/driver/verify_cmd.h"
 #include "codegen/mlir/backend.h"
@@ -13,7 +14,6 @@
 #include "runtime/errors.h"
 
 #include <algorithm>
-#include <fstream>
 #include <iostream>
 
 #ifndef NORMGEN_CUDA_ROOT
@@ -114,8 +114,7 @@ int run(std::vector<std::string> args) {
         NormSpec spec = load_norm_file(file);
         mlirgen::AotRequest req{source.empty() ? file : source, dtypes, out, cpu, cuda, cuda_root};
         nlohmann::json entries = mlirgen::compile_kernels(spec, req);
-        std::ofstream(fragment + ".tmp") << entries.dump(1) << "\n";
-        std::rename((fragment + ".tmp").c_str(), fragment.c_str());
+        write_file_atomically(fragment, entries.dump(1) + "\n");
         std::cerr << "normgen-mlir: " << spec.name << ": " << entries.size() << " kernels\n";
         return 0;
     }

@@ -137,10 +137,9 @@ void lower_cpu_to_llvm_dialect(mlir::ModuleOp module, const StageSink &sink) {
     approximate_math(module, d);
     if (sink) sink("loops", print_op(module));
     mlir::PassManager pm(&ctx);
-    pm.addPass(mlir::createLowerAffinePass());
     pm.addPass(mlir::createSCFToControlFlowPass());
     pm.addPass(mlir::memref::createExpandStridedMetadataPass());
-    pm.addPass(mlir::createLowerAffinePass());
+    pm.addPass(mlir::createLowerAffinePass());  // the loops' and the strided metadata's affine.apply
     pm.addPass(mlir::createConvertMathToLLVMPass());   // sqrt, fma, abs, ...: LLVM intrinsics
     pm.addPass(mlir::createConvertMathToLibmPass());   // what is left (f64 transcendentals): libm calls
     pm.addPass(mlir::createFinalizeMemRefToLLVMConversionPass());
