@@ -198,7 +198,7 @@ void BM_mlir(benchmark::State &state, const CaseSpec &spec) {
     if (!p.mlir_checked) {
         p.mlir_checked = true;
         if (!c.error().empty()) p.mlir_error = "the case could not be prepared: " + c.error();
-        else if (!(p.mlir = registry().select(spec.layer, spec.dtype, false, "", "mlir")))
+        else if (!(p.mlir = registry().select(spec.layer, spec.dtype, false, std::nullopt, Backend::Mlir)))
             p.mlir_error = "unsupported: no mlir-cpu kernel for this layer and type in the manifest";
         else if (std::string fail = c.check_other(*p.mlir); !fail.empty())
             p.mlir_error = "wrong result: " + fail;
@@ -268,7 +268,7 @@ int main(int argc, char **argv) {
     benchmark::AddCustomContext("threads", std::to_string(threads) + " for every implementation ($HL_NUM_THREADS overrides)");
     benchmark::AddCustomContext("grid", grid);
     benchmark::AddCustomContext("copy_isa", copy_isa());
-    benchmark::AddCustomContext("kernel_isa", cpu_isa());
+    benchmark::AddCustomContext("kernel_isa", cpu_isa_name());
     benchmark::AddCustomContext("onednn", onednn_version());
     benchmark::AddCustomContext("torch", torch_version());
     register_grid(grid == "short" ? short_grid() : model_grid());

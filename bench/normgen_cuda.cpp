@@ -50,7 +50,7 @@ int cmd_verify(CudaDriver &drv, const Registry &reg, const std::string &dir, boo
     int failed = 0, passed = 0;
     std::printf("%-28s %-5s %-5s %-44s %-14s %10s  %s\n", "layer", "dtype", "var", "shape", "worst output", "err/bound", "pass");
     for (const Registry::Kernel *k : reg.kernels()) {
-        if (k->device != "cuda" || (!layer.empty() && k->layer != layer)) continue;
+        if (k->device != Device::Cuda || (!layer.empty() && k->layer != layer)) continue;
         CudaKernelRunner runner(drv, *k, dir);
         StorageMap storage;
         for (const KernelArg &a : k->args) storage[a.name] = a.dtype;
@@ -78,7 +78,7 @@ int cmd_verify(CudaDriver &drv, const Registry &reg, const std::string &dir, boo
             const OutputCheck *worst = nullptr;
             for (const OutputCheck &o : r.outputs)
                 if (!worst || o.max_err > worst->max_err || !o.problem.empty()) worst = &o;
-            std::printf("%-28s %-5s %-5s %-44s %-14s %10.3g  %s\n", k->layer.c_str(), dtype_name(k->dtype), k->variant.c_str(),
+            std::printf("%-28s %-5s %-5s %-44s %-14s %10.3g  %s\n", k->layer.c_str(), dtype_name(k->dtype), variant_name(k->variant),
                         shapes[i].label.c_str(), worst ? worst->name.c_str() : "", worst ? worst->max_err : 0.0,
                         r.pass ? "ok" : ("FAIL " + (worst ? worst->problem : std::string()) + " (seed " + std::to_string(s) + ")").c_str());
             (r.pass ? passed : failed)++;
@@ -93,7 +93,7 @@ int cmd_verify(CudaDriver &drv, const Registry &reg, const std::string &dir, boo
 int cmd_bench(CudaDriver &drv, const Registry &reg, const std::string &dir, const std::string &layer) {
     std::printf("%-28s %-5s %-24s %10s %10s %6s %6s\n", "layer", "dtype", "shape", "us", "GB/s", "regs", "spill");
     for (const Registry::Kernel *k : reg.kernels()) {
-        if (k->device != "cuda" || k->variant != "core" || (!layer.empty() && k->layer != layer)) continue;
+        if (k->device != Device::Cuda || k->variant != Variant::Core || (!layer.empty() && k->layer != layer)) continue;
         const NormSpec &spec = *k->spec;
         std::vector<std::map<std::string, int64_t>> shapes;
         bool rows_d = spec.find_axis("rows") >= 0 && spec.find_axis("d") >= 0;
@@ -159,9 +159,9 @@ int main(int argc, char **argv) {
     try {
         std::string manifest = default_manifest_path();
         Registry reg = Registry::load(manifest, kKernelTable, kKernelTableSize);
-        std::string dir = std::filesystem::path(manifest).parent_path().string() + "/kernels";
+        std::string dir = std::filesystem::path(manifest).parent_path().string();  // files are relative to the manifest
         int n = 0;
-        for (const Registry::Kernel *k : reg.kernels()) n += k->device == "cuda";
+        for (const Registry::Kernel *k : reg.kernels()) n += k->device == Device::Cuda;
         if (n == 0) {
             std::fprintf(stderr, "normgen-cuda: the manifest %s lists no CUDA kernels (the build found no ptxas)\n", manifest.c_str());
             return kSkip;

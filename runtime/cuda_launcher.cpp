@@ -179,7 +179,7 @@ struct CudaKernelRunner::Launch {
 
 CudaKernelRunner::CudaKernelRunner(CudaDriver &driver, const Registry::Kernel &kernel, const std::string &dir)
     : driver_(driver), kernel_(kernel) {
-    if (kernel.device != "cuda") throw std::logic_error("CudaKernelRunner: '" + kernel.function + "' is not a CUDA kernel");
+    if (kernel.device != Device::Cuda) throw std::logic_error("CudaKernelRunner: '" + kernel.function + "' is not a CUDA kernel");
     fn_ = driver.load(dir + "/" + kernel.cuda.image, kernel.cuda.entry);
     block_ = (unsigned)kernel.cuda.block_threads;
     grid_axes_ = kernel.cuda.grid_axes;

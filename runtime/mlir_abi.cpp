@@ -126,7 +126,7 @@ int run_job(Job &job, ParFor par_for) {
                 if (k != job.dims[a]) n *= job.base[a].size(k);
             unit += n;
         }
-        job.chunk = std::max<int64_t>(1, kMlirChunkBytes / std::max<int64_t>(unit, 1));
+        job.chunk = std::max<int64_t>(1, info.chunk_bytes / std::max<int64_t>(unit, 1));
         job.chunk = std::min(job.chunk, (job.extent + threads - 1) / threads);  // every thread gets work
         chunks = (int)((job.extent + job.chunk - 1) / job.chunk);
     } else {

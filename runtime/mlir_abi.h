@@ -20,6 +20,9 @@
 
 namespace normgen {
 
+// The default bytes of a chunk (the mlir-cpu schedule record's chunk_bytes).
+constexpr int64_t kMlirChunkBytes = 512 << 10;
+
 struct MlirKernelInfo {
     int nargs = 0;
     int ncandidates = 0;
@@ -27,9 +30,8 @@ struct MlirKernelInfo {
     // axis, or -1 when the argument lacks it. Candidates in order of preference (outermost first).
     const int *split = nullptr;
     void *ciface = nullptr;  // _mlir_ciface_<function>: void(void *d0, void *d1, ...), nargs pointers
+    int64_t chunk_bytes = kMlirChunkBytes;  // the schedule record's chunk_bytes (mlir-cpu)
 };
-
-constexpr int64_t kMlirChunkBytes = 512 << 10;
 
 // The most arguments an MLIR kernel may take (the C call is spelled out per count).
 constexpr int kMlirMaxArgs = 16;

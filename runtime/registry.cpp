@@ -3,6 +3,8 @@
 #include "dsl/checker.h"
 #include "dsl/diagnostics.h"
 #include "runtime/errors.h"
+#include "runtime/manifest_schema.h"
+#include "codegen/common/kernel_plan.h"
 
 #include <nlohmann/json.hpp>
 
@@ -66,15 +68,20 @@ bool cpu_supports(const std::string &f) {
     return false;
 }
 
-std::string cpu_isa() {
+std::optional<Isa> cpu_isa() {
     auto all = [](std::initializer_list<const char *> fs) {
         for (const char *f : fs)
             if (!cpu_supports(f)) return false;
         return true;
     };
-    if (all({"avx2", "fma", "f16c", "avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"})) return "avx512";
-    if (all({"avx2", "fma", "f16c"})) return "avx2";
-    return "";
+    if (all({"avx2", "fma", "f16c", "avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"})) return Isa::Avx512;
+    if (all({"avx2", "fma", "f16c"})) return Isa::Avx2;
+    return std::nullopt;
+}
+
+std::string cpu_isa_name() {
+    std::optional<Isa> i = cpu_isa();
+    return i ? isa_name(*i) : "none";
 }
 
 std::string manifest_path_from_env(const std::string &compiled_in) {
@@ -90,7 +97,7 @@ const KernelArg *Registry::Kernel::find_arg(const std::string &name) const {
 }
 
 bool Registry::Kernel::runs_here() const {
-    if (device != "cpu") return false;
+    if (device != Device::Cpu) return false;
     for (const std::string &f : cpu_features)
         if (!cpu_supports(f)) return false;
     return true;
@@ -156,42 +163,30 @@ private:
     std::string where_;
 };
 
-// Checks the entry's args against the declaration: names, roles and order (the kernel ABI of
-// codegen/halide/lower.h), declared dims, buffer dims, optional and updates flags, storage types.
+// Checks the entry's args against the kernel ABI of its declaration's plan (codegen/common/
+// kernel_plan.h): names, roles and order, declared dims, buffer dims, optional and updates flags,
+// storage types the declaration allows.
 void check_args(const EntryReader &r, const NormSpec &spec, Registry::Kernel &k) {
-    struct Expected {
-        std::string name;
-        KernelArg::Role role;
-        const std::vector<AxisId> *dims;
-        bool optional;
-        std::string updates;
-    };
-    std::vector<Expected> expected;
-    for (const TensorInfo &t : spec.tensors)
-        expected.push_back({t.name, t.role == TensorInfo::Param ? KernelArg::Param : KernelArg::Input, &t.dims, false, ""});
-    for (const OutputInfo &o : spec.outputs)
-        if (!o.optional || k.full()) expected.push_back({o.name, KernelArg::Output, &o.dims, o.optional, o.updates});
-
+    const KernelPlan plan = make_plan(spec, k.dtype, k.variant);
     std::vector<std::string> want_names, got_names;
-    for (const Expected &x : expected) want_names.push_back(x.name);
+    for (const PlanArg &x : plan.args) want_names.push_back(x.name);
     for (const KernelArg &a : k.args) got_names.push_back(a.name);
     if (want_names != got_names)
-        r.fail("its args " + join(got_names) + " do not match the " + k.variant + " kernel ABI of its declaration, " + join(want_names));
+        r.fail("its args " + join(got_names) + " do not match the " + variant_name(k.variant) + " kernel ABI of its declaration, " + join(want_names));
 
-    for (size_t i = 0; i < expected.size(); ++i) {
-        const Expected &x = expected[i];
+    for (size_t i = 0; i < plan.args.size(); ++i) {
+        const PlanArg &x = plan.args[i];
         KernelArg &a = k.args[i];
         std::string ctx = "arg '" + a.name + "': ";
-        if (a.role != x.role) r.fail(ctx + "role " + role_name(a.role) + ", but the declaration makes it an " + role_name(x.role));
+        if ((int)a.role != (int)x.role) r.fail(ctx + "role " + role_name(a.role) + ", but the declaration makes it an " + arg_role_name(x.role));
         std::vector<std::string> dims;
-        for (AxisId d : *x.dims) dims.push_back(spec.axes[d].name);
+        for (AxisId d : x.dims) dims.push_back(spec.axes[d].name);
         if (a.dims != dims) r.fail(ctx + "dims " + join(a.dims) + ", but it is declared " + join(dims));
-        std::vector<AxisId> atoms = spec.memory_atoms(*x.dims);
         std::vector<std::string> bdims;
-        for (auto it = atoms.rbegin(); it != atoms.rend(); ++it) bdims.push_back(spec.axes[*it].name);
+        for (auto it = x.atoms.rbegin(); it != x.atoms.rend(); ++it) bdims.push_back(spec.axes[*it].name);
         if (a.buffer_dims != bdims)
             r.fail(ctx + "buffer_dims " + join(a.buffer_dims) + ", but its atomic axes innermost first are " + join(bdims));
-        a.buffer_axes.assign(atoms.rbegin(), atoms.rend());
+        a.buffer_axes.assign(x.atoms.rbegin(), x.atoms.rend());
         if (a.optional != x.optional) r.fail(ctx + (a.optional ? "marked optional, but it is required" : "not marked optional, but it is optional"));
         if (a.updates != x.updates) r.fail(ctx + "updates '" + a.updates + "', but the declaration says '" + x.updates + "'");
         std::vector<DType> allowed = spec.storage_of(a.name);
@@ -240,15 +235,27 @@ Registry Registry::load(const std::string &path, const KernelEntry *table, size_
         k->norm = r.str(e, "norm");
         k->dtype = r.dtype(e, "dtype");
         k->target = r.str(e, "target");
-        k->isa = r.str(e, "isa");
+        const std::string isa = r.str(e, "isa");
         k->cpu_features = r.strings(e, "cpu_features");
-        k->variant = r.str(e, "variant");
-        k->backend = e.contains("backend") ? r.str(e, "backend") : "halide";
-        k->device = e.contains("device") ? r.str(e, "device") : "cpu";
-        if (k->backend != "halide" && k->backend != "mlir") r.fail("backend '" + k->backend + "' (expected halide or mlir)");
-        if (k->device != "cpu" && k->device != "cuda") r.fail("device '" + k->device + "' (expected cpu or cuda)");
-        if (k->variant != "core" && k->variant != "full") r.fail("variant '" + k->variant + "' (expected core or full)");
-        k->schedule = e.contains("schedule") ? r.str(e, "schedule") : "";
+        const std::string variant = r.str(e, "variant");
+        const std::string backend = e.contains("backend") ? r.str(e, "backend") : "halide";
+        const std::string device = e.contains("device") ? r.str(e, "device") : "cpu";
+        // The manifest's vocabulary (runtime/manifest_schema.h), read into its enums.
+        if (auto b = parse_backend(backend)) k->backend = *b;
+        else r.fail("backend '" + backend + "' (expected halide or mlir)");
+        if (auto d = parse_device(device)) k->device = *d;
+        else r.fail("device '" + device + "' (expected cpu or cuda)");
+        if (auto v = parse_variant(variant)) k->variant = *v;
+        else r.fail("variant '" + variant + "' (expected core or full)");
+        if (auto i = parse_isa(isa)) k->isa = *i;
+        else r.fail("isa '" + isa + "' (expected avx2, avx512 or sm_90)");
+        if (device_of(k->isa) != k->device) r.fail("isa '" + isa + "' is not an isa of device '" + device + "'");
+        // The schedule record (codegen/common/schedule_record.h) as JSON, and what it did in words.
+        if (e.contains("schedule")) {
+            if (!e["schedule"].is_object()) r.fail("field 'schedule' is not a schedule record (a JSON object)");
+            k->schedule_record = e["schedule"].dump();
+        }
+        k->schedule = e.contains("schedule_text") ? r.str(e, "schedule_text") : "";
         k->library = e.contains("library") ? r.str(e, "library") : "";
         k->header = e.contains("header") ? r.str(e, "header") : "";
         const json &args = r.field(e, "args");
@@ -293,7 +300,7 @@ Registry Registry::load(const std::string &path, const KernelEntry *table, size_
         k->spec = known->second;
         check_args(r, *k->spec, *k);
 
-        if (k->device == "cuda") {  // run by the CUDA launcher (runtime/cuda_launcher.h), not the table
+        if (k->device == Device::Cuda) {  // run by the CUDA launcher (runtime/cuda_launcher.h), not the table
             k->cuda.image = r.str(e, "cubin");
             k->cuda.ptx = r.str(e, "ptx");
             k->cuda.entry = r.str(e, "entry");
@@ -336,19 +343,19 @@ std::shared_ptr<const NormSpec> Registry::spec(const std::string &layer) const {
     return it == specs_.end() ? nullptr : it->second;
 }
 
-const Registry::Kernel *Registry::select(const std::string &layer, DType dtype, bool need_optional_outputs,
-                                         const std::string &isa, const std::string &backend) const {
+const Registry::Kernel *Registry::select(const std::string &layer, DType dtype, bool need_optional_outputs, std::optional<Isa> isa,
+                                         Backend backend) const {
     auto spec = this->spec(layer);
     if (!spec) return nullptr;
     bool has_optional = false;
     for (const OutputInfo &o : spec->outputs) has_optional = has_optional || o.optional;
     // A layer without optional outputs has only a core kernel, and it writes every output.
-    const std::string variant = need_optional_outputs && has_optional ? "full" : "core";
-    auto rank = [](const std::string &tag) { return tag == "avx512" ? 2 : tag == "avx2" ? 1 : 0; };
+    const Variant variant = need_optional_outputs && has_optional ? Variant::Full : Variant::Core;
+    auto rank = [](Isa i) { return i == Isa::Avx512 ? 2 : i == Isa::Avx2 ? 1 : 0; };
     const Kernel *best = nullptr;
     for (const auto &k : kernels_) {
         if (k->layer != layer || k->dtype != dtype || k->variant != variant) continue;
-        if (!isa.empty() && k->isa != isa) continue;
+        if (isa && k->isa != *isa) continue;
         if (k->backend != backend) continue;
         if (!k->runs_here()) continue;
         if (!best || rank(k->isa) > rank(best->isa)) best = k.get();

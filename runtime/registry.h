@@ -9,14 +9,16 @@
 //         "layer": "layer_norm", "source": "dsl/catalog/layer_norm.norm",
 //         "norm": "<canonical .norm text>",
 //         "dtype": "f32",                // the storage type asked for: f32 | bf16 | f16
-//         "target": "<Halide target>", "isa": "avx512" | "avx2",
+//         "target": "<backend target>", "isa": "avx512" | "avx2" | "sm_90",
 //         "cpu_features": ["avx2", "fma", ...],      // __builtin_cpu_supports names
 //         "variant": "core" | "full",    // core: required outputs; full: optional outputs too
 //         "backend": "halide" | "mlir",  // absent: halide
 //         "device": "cpu" | "cuda",      // absent: cpu. CUDA entries carry "ptx", "cubin", "entry",
 //                                        // "block_threads", "grid_axes", "extent_axes", "ptxas"
 //         "split": {"axes": [...], "dims": [[...]]},  // MLIR CPU: runtime/mlir_abi.h
-//         "schedule": "...", "library": "<file>.a", "header": "<file>.h",
+//         "schedule": {"kind": "halide-cpu", "knobs": {...}},  // the schedule record
+//         "schedule_text": "row schedule: ...",              // what it did, in words
+//         "library": "<file>.a", "header": "<file>.h",
 //         "args": [ { "name": "x", "role": "input" | "param" | "output", "dtype": "f32",
 //                     "dims": ["rows", "d"],         // declared axes, memory order, outermost first
 //                     "buffer_dims": ["d", "rows"],  // halide_buffer_t dims, innermost first, atomic axes
@@ -29,10 +31,12 @@
 
 #include "dsl/norm_spec.h"
 #include "runtime/kernel_table.h"
+#include "runtime/manifest_schema.h"
 
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,11 +65,11 @@ public:
         std::string norm;       // canonical declaration text
         DType dtype = DType::F32;  // the storage type asked for (the manifest's "dtype")
         std::string target;
-        std::string isa;        // "avx512", "avx2"
+        Isa isa = Isa::Avx2;
         std::vector<std::string> cpu_features;
-        std::string variant;    // "core", "full"
-        std::string backend = "halide";  // "halide" | "mlir" (the manifest's "backend"; absent = halide)
-        std::string device = "cpu";      // "cpu" | "cuda": CUDA kernels are listed, never bound to the table
+        Variant variant = Variant::Core;
+        Backend backend = Backend::Halide;  // the manifest's "backend" (absent = halide)
+        Device device = Device::Cpu;        // CUDA kernels are listed, never bound to the table
         struct Cuda {                    // device "cuda" only
             std::string image, ptx;      // the cubin and the PTX it was assembled from (manifest folder)
             std::string entry;           // the kernel's name in the image
@@ -73,13 +77,14 @@ public:
             std::vector<std::string> grid_axes, extent_axes;
             int registers = 0, spill_stores = 0, spill_loads = 0;  // ptxas -v
         } cuda;
-        std::string schedule;
+        std::string schedule;         // what the schedule did, in words (the manifest's "schedule_text")
+        std::string schedule_record;  // the schedule record, JSON (the manifest's "schedule")
         std::string library, header;
         std::vector<KernelArg> args;  // in argument order
         int (*argv)(void **) = nullptr;
         std::shared_ptr<const NormSpec> spec;  // parsed from `norm`, shared by the layer's kernels
 
-        bool full() const { return variant == "full"; }
+        bool full() const { return variant == Variant::Full; }
         const KernelArg *find_arg(const std::string &name) const;  // nullptr if not an argument
         bool runs_here() const;  // a CPU kernel whose every cpu feature this CPU supports
     };
@@ -100,11 +105,10 @@ public:
 
     // The best kernel for `layer` with storage type `dtype` that this CPU can run: the widest ISA
     // whose cpu_features are all supported (avx512, then avx2), restricted to `isa` when given;
-    // the "core" variant unless `need_optional_outputs` (then "full"; a layer without optional
-    // outputs has only "core", which then writes everything), of `backend` ("halide" or "mlir").
-    // nullptr when none fits.
+    // the core variant unless `need_optional_outputs` (then full; a layer without optional
+    // outputs has only core, which then writes everything), of `backend`. nullptr when none fits.
     const Kernel *select(const std::string &layer, DType dtype, bool need_optional_outputs,
-                         const std::string &isa = "", const std::string &backend = "halide") const;
+                         std::optional<Isa> isa = std::nullopt, Backend backend = Backend::Halide) const;
 
 private:
     std::string path_;
@@ -116,9 +120,11 @@ private:
 // "sse4.1", ...). Unknown names are unsupported.
 bool cpu_supports(const std::string &feature);
 
-// The ISA tag this CPU gets: "avx512" (AVX-512 F/CD/BW/DQ/VL), "avx2" (AVX2, FMA, F16C), or "" if
-// neither. A kernel's own cpu_features decide whether it runs (Kernel::runs_here).
-std::string cpu_isa();
+// The ISA this CPU gets: Avx512 (AVX-512 F/CD/BW/DQ/VL), Avx2 (AVX2, FMA, F16C), or none. A
+// kernel's own cpu_features decide whether it runs (Kernel::runs_here). cpu_isa_name(): its name,
+// or "none".
+std::optional<Isa> cpu_isa();
+std::string cpu_isa_name();
 
 // $NORMGEN_MANIFEST when set and not empty, else `compiled_in`.
 std::string manifest_path_from_env(const std::string &compiled_in);

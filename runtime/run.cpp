@@ -3,7 +3,7 @@
 #include "runtime/errors.h"
 #include "runtime/halide_errors.h"
 #include "runtime/npy.h"
-#include "runtime/reference/interpreter.h"
+#include "runtime/shapes.h"
 #include "runtime/storage.h"
 
 #include <HalideRuntime.h>

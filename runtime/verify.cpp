@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 #include <functional>
 #include <random>
 
@@ -91,8 +92,8 @@ std::vector<VerifyShape> verify_shapes(const NormSpec &spec) {
     return shapes;
 }
 
-OutputCheck compare_output(const std::string &name, const HostTensor &got, const HostTensor &ref, double sensitivity,
-                           DType storage, DType accumulate, int ulps) {
+OutputCheck compare_output(const std::string &name, const HostTensor &got, const HostTensor &ref, DType storage, const OutputBound &ob) {
+    constexpr size_t kShown = 5;
     OutputCheck c;
     c.name = name;
     if (got.shape != ref.shape || got.data.size() != ref.data.size()) {
@@ -100,43 +101,78 @@ OutputCheck compare_output(const std::string &name, const HostTensor &got, const
         c.max_err = INFINITY;
         return c;
     }
-    const double eps_acc = accumulate == DType::F64 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
-    const double slack = kK * eps_acc * sensitivity;
+    auto fail = [&](size_t i, double k, double want, double bound) {
+        ++c.failed;
+        if (c.mismatches.size() < kShown) c.mismatches.push_back({(int64_t)i, k, want, bound});
+    };
     for (size_t i = 0; i < ref.data.size(); ++i) {
         double r = ref.data[i], k = got.data[i];
         double ratio, err, bound;
         if (std::isnan(k) || std::isnan(r)) {
             if (std::isnan(k) && std::isnan(r)) continue;
-            c.problem = std::isnan(k) ? "NaN (computed, or never written: outputs are poisoned with NaN)" : "reference is NaN, kernel is not";
-            c.worst_index = (int64_t)i;
+            if (c.problem.empty()) {
+                c.problem = std::isnan(k) ? "NaN (computed, or never written: outputs are poisoned with NaN)" : "reference is NaN, kernel is not";
+                c.worst_index = (int64_t)i;
+            }
             c.max_err = INFINITY;
-            return c;
+            fail(i, k, r, 0);
+            continue;
         }
         if (std::isinf(r) || std::isinf(k)) {
             if (r == k) continue;
-            c.problem = "infinity mismatch";
-            c.worst_index = (int64_t)i;
+            if (c.problem.empty()) {
+                c.problem = "infinity mismatch";
+                c.worst_index = (int64_t)i;
+            }
             c.max_err = INFINITY;
-            return c;
+            fail(i, k, r, 0);
+            continue;
         }
+        double want = r;
         if (storage == DType::F32 || storage == DType::F64) {
             err = std::fabs(k - r);
-            bound = 1e-5 * std::fabs(r) + slack;
+            bound = ob.rel * std::fabs(r) + ob.abs;
         } else {
-            double rr = round_to(r, storage);
-            err = std::fabs(k - rr);
-            bound = ulps * ulp_of(rr, storage) + slack;
+            want = round_to(r, storage);
+            err = std::fabs(k - want);
+            bound = ob.ulps * ulp_of(want, storage) + ob.abs;
         }
         ratio = bound > 0 ? err / bound : (err > 0 ? INFINITY : 0);
-        if (ratio > c.max_err || c.worst_index < 0) {
+        if (ratio > 1.0) fail(i, k, want, bound);
+        if (c.problem.empty() && (ratio > c.max_err || c.worst_index < 0)) {
             c.max_err = ratio;
             c.worst_abs = err;
             c.bound_abs = bound;
             c.worst_index = (int64_t)i;
         }
     }
-    c.pass = c.max_err <= 1.0;
+    c.pass = c.failed == 0 && c.max_err <= 1.0;
     return c;
+}
+
+OutputCheck compare_output(const std::string &name, const HostTensor &got, const HostTensor &ref, double sensitivity,
+                           DType storage, DType accumulate, int ulps) {
+    const double eps_acc = accumulate == DType::F64 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
+    return compare_output(name, got, ref, storage, OutputBound{1e-5, kK * eps_acc * sensitivity, ulps});
+}
+
+OutputBound spot_check_bound(const NormSpec &spec) { return OutputBound{1e-5, 1e-5, 2 * ulp_allowance(spec)}; }
+
+std::string mismatch_text(const OutputCheck &c) {
+    if (c.pass) return "";
+    std::ostringstream os;
+    os.precision(9);
+    os << c.name << ": ";
+    if (c.failed == 0) return os.str() + c.problem;
+    os << c.failed << " element" << (c.failed == 1 ? "" : "s") << " fail";
+    if (!c.problem.empty()) os << " (" << c.problem << ")";
+    for (size_t i = 0; i < c.mismatches.size(); ++i) {
+        const Mismatch &m = c.mismatches[i];
+        os << (i ? ", " : "; ") << "[" << m.index << "] got " << m.got << " want " << m.want;
+        if (m.bound > 0) os << " (bound " << m.bound << ")";
+    }
+    if ((int64_t)c.mismatches.size() < c.failed) os << ", ...";
+    return os.str();
 }
 
 std::vector<CaseResult> verify_case(const NormSpec &spec, const StorageMap &storage, const std::vector<KernelFn> &kernels,

@@ -37,6 +37,12 @@ struct VerifyShape {
 // extents where there are several reduced axes. Alternate cases use a 1e4 offset.
 std::vector<VerifyShape> verify_shapes(const NormSpec &spec);
 
+// One element outside its bound (or NaN where the reference is not, or an infinity mismatch).
+struct Mismatch {
+    int64_t index = -1;  // flat index into the output, memory order
+    double got = 0, want = 0, bound = 0;  // want: the reference (rounded to the storage type for bf16/f16)
+};
+
 struct OutputCheck {
     std::string name;
     double max_err = 0;     // largest err / bound over the tensor (<= 1 passes)
@@ -44,8 +50,13 @@ struct OutputCheck {
     double bound_abs = 0;   // the bound at that element
     int64_t worst_index = -1;
     std::string problem;    // "", "NaN", "unwritten (poison)", "shape"
+    std::vector<Mismatch> mismatches;  // the first few elements that fail, in index order
+    int64_t failed = 0;                // how many elements fail
     bool pass = false;
 };
+
+// "y: 3 of 4096 elements fail; [17] got 1.25 want 1.5 (bound 1e-05), ..." or "" when it passed.
+std::string mismatch_text(const OutputCheck &c);
 
 struct CaseResult {
     std::string shape;
@@ -67,10 +78,25 @@ using StorageMap = std::map<std::string, DType>;
 std::vector<CaseResult> verify_case(const NormSpec &spec, const StorageMap &storage, const std::vector<KernelFn> &kernels,
                                     const VerifyShape &shape, uint64_t seed);
 
-// Compares one output against the reference (exposed for tests of the comparison itself).
-// `sensitivity` is S for this output (see above); `ulps` the allowance in storage ulps.
+// The bound of one output: f32 outputs within rel * |ref| + abs, bf16/f16 outputs within
+// ulps * ulp(round(ref)) + abs of the correctly rounded reference.
+struct OutputBound {
+    double rel = 1e-5;
+    double abs = 0;
+    int ulps = 1;
+};
+
+// The one output comparator (verify, the benchmark's checks, the tests, the user example).
+OutputCheck compare_output(const std::string &name, const HostTensor &got, const HostTensor &ref, DType storage, const OutputBound &bound);
+
+// The verifier's bound: abs = K * eps_acc * S, with S this output's sensitivity (see above) and
+// `ulps` the allowance in storage ulps.
 OutputCheck compare_output(const std::string &name, const HostTensor &got, const HostTensor &ref, double sensitivity,
                            DType storage, DType accumulate, int ulps);
+
+// The bound of a spot check that has no sensitivity at hand (a few shapes, inputs without a large
+// offset): f32 1e-5 relative with a 1e-5 floor, bf16/f16 2 * ulp_allowance ulps + 1e-5.
+OutputBound spot_check_bound(const NormSpec &spec);
 
 // 2 when the declaration uses a transcendental function (tanh, exp, log, sigmoid, pow), else 1.
 int ulp_allowance(const NormSpec &spec);

@@ -1,9 +1,15 @@
 #include "codegen/common/kernel_plan.h"
 
+#include "dsl/printer.h"
+
 #include <algorithm>
 #include <functional>
+#include <set>
+#include <sstream>
 
 namespace normgen {
+
+using nlohmann::json;
 
 KernelTypes kernel_types(const NormSpec &spec, DType want) {
     KernelTypes k;
@@ -42,6 +48,302 @@ bool has_optional_outputs(const NormSpec &spec) {
     for (const OutputInfo &o : spec.outputs)
         if (o.optional) return true;
     return false;
+}
+
+std::vector<Variant> variants_of(const NormSpec &spec) {
+    if (has_optional_outputs(spec)) return {Variant::Core, Variant::Full};
+    return {Variant::Core};
+}
+
+const char *layout_name(LayoutClass l) {
+    switch (l) {
+    case LayoutClass::Map: return "map";
+    case LayoutClass::Row: return "row";
+    case LayoutClass::Root: return "root";
+    }
+    return "?";
+}
+
+const char *arg_role_name(PlanArg::Role r) {
+    switch (r) {
+    case PlanArg::Input: return "input";
+    case PlanArg::Param: return "param";
+    case PlanArg::Output: return "output";
+    }
+    return "?";
+}
+
+bool depends_on_reduction(const NormSpec &spec, const Node &n) {
+    if (n.kind == Node::Reduce) return true;
+    if (n.kind == Node::Value) return depends_on_reduction(spec, *spec.values[n.index].expr);
+    for (const auto &a : n.args)
+        if (depends_on_reduction(spec, *a)) return true;
+    return false;
+}
+
+json axis_names_json(const NormSpec &spec, const std::vector<AxisId> &axes) {
+    json j = json::array();
+    for (AxisId a : axes) j.push_back(spec.axes[a].name);
+    return j;
+}
+
+std::vector<const PlanArg *> KernelPlan::outputs() const {
+    std::vector<const PlanArg *> r;
+    for (const PlanArg &a : args)
+        if (a.role == PlanArg::Output) r.push_back(&a);
+    return r;
+}
+
+int KernelPlan::find_arg(const std::string &name) const {
+    for (size_t i = 0; i < args.size(); ++i)
+        if (args[i].name == name) return (int)i;
+    return -1;
+}
+
+namespace {
+
+bool contains(const std::vector<AxisId> &v, AxisId a) { return std::find(v.begin(), v.end(), a) != v.end(); }
+
+std::string names_of(const NormSpec &spec, const std::vector<AxisId> &axes) {
+    std::string s;
+    for (AxisId a : axes) s += (s.empty() ? "" : ", ") + spec.axes[a].name;
+    return s;
+}
+
+// The reductions an expression reaches (through named values and reduction operands).
+void collect_reductions(const NormSpec &spec, const Node &n, std::set<const Node *> &seen) {
+    if (n.kind == Node::Value) {
+        collect_reductions(spec, *spec.values[n.index].expr, seen);
+        return;
+    }
+    if (n.kind == Node::Reduce && !seen.insert(&n).second) return;
+    for (const auto &a : n.args) collect_reductions(spec, *a, seen);
+}
+
+// Can the two innermost memory axes of the main output run as one contiguous loop? When every
+// tensor has both or neither, adjacent and in the same order, and no statistic varies along them
+// (so nothing is indexed by one without the other).
+bool inner_pair_fusable(const NormSpec &spec, const std::vector<AxisId> &order, const std::vector<NodePtr> &reductions) {
+    if (order.size() < 3) return false;
+    const AxisId a1 = order.back(), a2 = order[order.size() - 2];
+    auto ok = [&](const std::vector<AxisId> &atoms) {
+        auto i1 = std::find(atoms.begin(), atoms.end(), a1), i2 = std::find(atoms.begin(), atoms.end(), a2);
+        if (i1 == atoms.end() && i2 == atoms.end()) return true;
+        return i1 != atoms.end() && i2 != atoms.end() && i1 == i2 + 1;
+    };
+    for (const TensorInfo &t : spec.tensors)
+        if (!ok(spec.memory_atoms(t.dims))) return false;
+    for (const OutputInfo &o : spec.outputs)
+        if (!ok(spec.memory_atoms(o.dims))) return false;
+    for (const NodePtr &r : reductions)
+        if (contains(r->axes, a1) || contains(r->axes, a2)) return false;
+    return true;
+}
+
+void classify(const NormSpec &spec, KernelPlan &p, const std::vector<NodePtr> &reductions) {
+    const std::vector<AxisId> &order = p.main_order;
+    if (reductions.empty()) {
+        p.layout = LayoutClass::Map;
+        p.layout_reason = "no reduction: one elementwise map";
+        p.row_axes = order.empty() ? 0 : order.size() - 1;
+        return;
+    }
+    size_t first_reduced = order.size();
+    for (size_t i = 0; i < order.size(); ++i)
+        if (contains(p.reduced, order[i])) {
+            first_reduced = i;
+            break;
+        }
+    const std::string main = spec.outputs[p.main_output].name;
+    auto root = [&](const std::string &why) {
+        p.layout = LayoutClass::Root;
+        p.layout_reason = why;
+        p.row_axes = 0;
+    };
+    for (size_t i = first_reduced; i < order.size(); ++i)
+        if (!contains(p.reduced, order[i]))
+            return root("the reduced axes are not a trailing block of " + main + "'s memory order (" + names_of(spec, order) +
+                        "): '" + spec.axes[order[i]].name + "' lies inside them; statistics first, then the map");
+    for (AxisId a : p.reduced)
+        if (!contains(order, a)) return root("a reduction runs over '" + spec.axes[a].name + "', which " + main + " does not have");
+    for (const NodePtr &r : reductions)
+        for (AxisId a : r->axes)
+            if (std::find(order.begin(), order.begin() + first_reduced, a) == order.begin() + first_reduced)
+                return root("a statistic varies along '" + spec.axes[a].name + "', inside the reduced block of " + main);
+    for (const PlanArg *o : p.outputs()) {
+        if (o->output == p.main_output || o->dims == spec.outputs[p.main_output].dims) continue;
+        if (depends_on_reduction(spec, *spec.values[spec.outputs[o->output].value].expr))
+            return root("output " + o->name + " needs the statistics but is not shaped like " + main);
+    }
+    if (first_reduced == 0) return root("the reductions cover every axis of " + main + ": no rows to run in parallel");
+    p.layout = LayoutClass::Row;
+    p.layout_reason = "the reductions cover the trailing block (" +
+                      names_of(spec, std::vector<AxisId>(order.begin() + first_reduced, order.end())) + ") of " + main +
+                      "'s memory order: statistics per row while the row is in cache";
+    p.row_axes = first_reduced;
+}
+
+}  // namespace
+
+KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant) {
+    KernelPlan p;
+    p.layer = spec.name;
+    p.dtype = want;
+    p.variant = variant;
+    p.types = kernel_types(spec, want);
+    const bool full = variant == Variant::Full;
+
+    for (const TensorInfo &t : spec.tensors) {
+        PlanArg a;
+        a.name = t.name;
+        a.role = t.role == TensorInfo::Param ? PlanArg::Param : PlanArg::Input;
+        a.dtype = p.types.storage.at(t.name);
+        a.dims = t.dims;
+        a.atoms = spec.memory_atoms(t.dims);
+        p.args.push_back(a);
+    }
+    std::set<const Node *> reached;
+    for (size_t i = 0; i < spec.outputs.size(); ++i) {
+        const OutputInfo &o = spec.outputs[i];
+        if (o.optional && !full) continue;
+        PlanArg a;
+        a.name = o.name;
+        a.role = PlanArg::Output;
+        a.dtype = p.types.storage.at(o.name);
+        a.dims = o.dims;
+        a.atoms = spec.memory_atoms(o.dims);
+        a.optional = o.optional;
+        a.updates = o.updates;
+        a.output = (int)i;
+        p.args.push_back(a);
+        collect_reductions(spec, *spec.values[o.value].expr, reached);
+        // The main output: the one with the most axes (y); the first of them on a tie.
+        if (p.main_output < 0 || a.atoms.size() > spec.memory_atoms(spec.outputs[p.main_output].dims).size()) p.main_output = (int)i;
+    }
+
+    std::vector<NodePtr> reductions;
+    for (const Stage &s : spec.stages) {
+        PlanStage ps;
+        ps.index = s.index;
+        for (const NodePtr &n : s.reductions) {
+            if (!reached.count(n.get())) continue;
+            ps.reductions.push_back(n);
+            reductions.push_back(n);
+            ps.reduced.insert(ps.reduced.end(), n->over.begin(), n->over.end());
+            ps.independent.insert(ps.independent.end(), n->axes.begin(), n->axes.end());
+        }
+        if (ps.reductions.empty()) continue;
+        for (AxisSet *v : {&ps.reduced, &ps.independent}) {
+            std::sort(v->begin(), v->end());
+            v->erase(std::unique(v->begin(), v->end()), v->end());
+        }
+        p.reduced.insert(p.reduced.end(), ps.reduced.begin(), ps.reduced.end());
+        p.stages.push_back(std::move(ps));
+    }
+    std::sort(p.reduced.begin(), p.reduced.end());
+    p.reduced.erase(std::unique(p.reduced.begin(), p.reduced.end()), p.reduced.end());
+
+    p.main_order = spec.memory_atoms(spec.outputs[p.main_output].dims);
+    for (const PlanArg *o : p.outputs())
+        if (o->output != p.main_output && o->dims == spec.outputs[p.main_output].dims) p.same_shape.push_back(o->output);
+    classify(spec, p, reductions);
+    p.inner_pair_fusable = inner_pair_fusable(spec, p.main_order, reductions);
+
+    for (size_t a = 0; a < spec.axes.size(); ++a) {
+        if (spec.axes[a].is_split() || contains(p.reduced, (AxisId)a)) continue;
+        bool everywhere = true;
+        for (const PlanArg *o : p.outputs()) everywhere = everywhere && contains(o->atoms, (AxisId)a);
+        if (everywhere) p.split_axes.push_back((AxisId)a);
+    }
+
+    // CUDA: a block per index of the axes no reduction reduces; without reductions, a block per
+    // row of the first output's innermost axis. Every statistic must be per block.
+    if (reductions.empty()) {
+        std::vector<AxisId> atoms = spec.memory_atoms(spec.outputs.at(0).dims);
+        if (!atoms.empty()) atoms.pop_back();
+        std::sort(atoms.begin(), atoms.end());
+        p.cuda_block_axes = atoms;
+    } else {
+        for (size_t a = 0; a < spec.axes.size(); ++a)
+            if (!spec.axes[a].is_split() && !contains(p.reduced, (AxisId)a)) p.cuda_block_axes.push_back((AxisId)a);
+        for (const NodePtr &n : reductions)
+            for (AxisId a : n->axes)
+                if (p.cuda_refusal.empty() && !contains(p.cuda_block_axes, a))
+                    p.cuda_refusal = spec.file + ":" + std::to_string(n->loc.line) + ":" + std::to_string(n->loc.col) +
+                                     ": mlir-cuda: this reduction keeps axis '" + spec.axes[a].name +
+                                     "', which another stage reduces; the CUDA lowering needs every statistic to be per block "
+                                     "(over axes no stage reduces)";
+    }
+
+    PlanKernel k{"main", {}};
+    for (const PlanArg *o : p.outputs()) k.outputs.push_back(o->name);
+    p.kernels.push_back(k);
+    return p;
+}
+
+json plan_json(const NormSpec &spec, const KernelPlan &p) {
+    json j;
+    j["layer"] = p.layer;
+    j["dtype"] = dtype_name(p.dtype);
+    j["variant"] = variant_name(p.variant);
+    json args = json::array();
+    for (const PlanArg &a : p.args)
+        args.push_back({{"name", a.name}, {"role", arg_role_name(a.role)}, {"dtype", dtype_name(a.dtype)}, {"dims", axis_names_json(spec, a.dims)},
+                        {"memory_order", axis_names_json(spec, a.atoms)}, {"optional", a.optional}, {"updates", a.updates}});
+    j["args"] = args;
+    json stages = json::array();
+    for (const PlanStage &s : p.stages) {
+        json r = json::array();
+        for (const NodePtr &n : s.reductions) r.push_back(print_expr(spec, *n));
+        stages.push_back({{"stage", s.index}, {"reduces", axis_names_json(spec, s.reduced)}, {"keeps", axis_names_json(spec, s.independent)},
+                          {"reductions", r}});
+    }
+    j["stages"] = stages;
+    j["main_output"] = spec.outputs[p.main_output].name;
+    j["loop_order"] = axis_names_json(spec, p.main_order);
+    j["layout"] = layout_name(p.layout);
+    j["layout_reason"] = p.layout_reason;
+    j["row_axes"] = axis_names_json(spec, std::vector<AxisId>(p.main_order.begin(), p.main_order.begin() + p.row_axes));
+    j["inner_pair_fusable"] = p.inner_pair_fusable;
+    j["split_axes"] = axis_names_json(spec, p.split_axes);
+    if (p.cuda_refusal.empty()) j["cuda"] = {{"block_axes", axis_names_json(spec, p.cuda_block_axes)}};
+    else j["cuda"] = {{"refused", p.cuda_refusal}};
+    json kernels = json::array();
+    for (const PlanKernel &k : p.kernels) kernels.push_back({{"role", k.role}, {"outputs", k.outputs}});
+    j["kernels"] = kernels;
+    return j;
+}
+
+std::string plan_text(const NormSpec &spec, const KernelPlan &p) {
+    std::ostringstream os;
+    os << "plan " << p.layer << " (" << dtype_name(p.dtype) << ", " << variant_name(p.variant) << ")\n";
+    os << "  args:\n";
+    for (const PlanArg &a : p.args) {
+        os << "    " << a.name << (a.optional ? "?" : "") << "  " << arg_role_name(a.role) << " " << dtype_name(a.dtype) << " ["
+           << names_of(spec, a.atoms) << "]";
+        if (!a.updates.empty()) os << "  updates " << a.updates;
+        os << "\n";
+    }
+    if (p.stages.empty()) os << "  stages: none\n";
+    for (const PlanStage &s : p.stages) {
+        os << "  stage " << s.index << ": reduces [" << names_of(spec, s.reduced) << "], keeps [" << names_of(spec, s.independent) << "]:";
+        for (size_t i = 0; i < s.reductions.size(); ++i) os << (i ? "," : "") << " " << print_expr(spec, *s.reductions[i]);
+        os << "\n";
+    }
+    os << "  main output: " << spec.outputs[p.main_output].name << " [" << names_of(spec, p.main_order) << "]\n";
+    os << "  layout: " << layout_name(p.layout) << " (" << p.layout_reason << ")\n";
+    if (p.row_axes) os << "  rows: [" << names_of(spec, std::vector<AxisId>(p.main_order.begin(), p.main_order.begin() + p.row_axes)) << "]\n";
+    os << "  inner pair fusable: " << (p.inner_pair_fusable ? "yes" : "no") << "\n";
+    os << "  split axes: [" << names_of(spec, p.split_axes) << "]\n";
+    if (p.cuda_refusal.empty()) os << "  cuda: a block per [" << names_of(spec, p.cuda_block_axes) << "]\n";
+    else os << "  cuda: refused: " << p.cuda_refusal << "\n";
+    os << "  kernels:";
+    for (const PlanKernel &k : p.kernels) {
+        os << " " << k.role << " -> ";
+        for (size_t i = 0; i < k.outputs.size(); ++i) os << (i ? ", " : "") << k.outputs[i];
+    }
+    os << "\n";
+    return os.str();
 }
 
 }  // namespace normgen

@@ -1,11 +1,28 @@
-// Analysis shared by the backends (Halide, MLIR): the storage types of one kernel, and facts about a
-// declaration's reductions that every lowering uses the same way.
+// KernelPlan: the facts about one kernel of a declaration that every consumer needs, computed once
+// from a NormSpec, a storage type and a variant, and read by both lowerings (Halide CPU, MLIR CPU
+// and CUDA), the manifest writers, the registry's argument checks, `normgen describe --plan` and
+// the build (`normgen-gen kernels`). Nothing else classifies a layer.
+//
+//   args        the kernel ABI: inputs and params (NormSpec::tensors order), then the variant's
+//               outputs; each with its storage type and its atomic axes in memory order
+//   stages      per reduction stage, the axes it reduces and the axes its statistics keep
+//   main output the output with the most axes (y): its memory order is the loop nest
+//   layout      map (no reduction), row (the reductions cover a trailing block of the main output's
+//               memory order: statistics per row while the row is in cache) or root (some reduction
+//               strides across the outer loop: statistics first, then the map), and why
+//   split axes  the axes no reduction reduces and every output has: the work may be cut along them
+//   kernels     the kernels the plan needs, in launch order (today one: the whole layer)
 #pragma once
 
 #include "dsl/norm_spec.h"
+#include "runtime/manifest_schema.h"
+
+#include <nlohmann/json.hpp>
 
 #include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace normgen {
 
@@ -28,5 +45,83 @@ const Node *find_mean_like(const NormSpec &spec, const Node &var);
 
 // Whether the layer has an optional output (then it gets a "full" kernel beside the "core" one).
 bool has_optional_outputs(const NormSpec &spec);
+// The variants a declaration yields: core, and full when it has optional outputs.
+std::vector<Variant> variants_of(const NormSpec &spec);
+
+enum class LayoutClass { Map, Row, Root };
+const char *layout_name(LayoutClass l);  // "map", "row", "root"
+
+struct PlanArg {
+    enum Role { Input, Param, Output };
+    std::string name;
+    Role role = Input;
+    DType dtype = DType::F32;
+    std::vector<AxisId> dims;   // as declared (may be split axes), outermost first
+    std::vector<AxisId> atoms;  // atomic axes in memory order, outermost first
+    bool optional = false;      // an optional output
+    std::string updates;        // the input this output may overwrite in place, or ""
+    int output = -1;            // outputs: index into NormSpec::outputs
+};
+const char *arg_role_name(PlanArg::Role r);  // "input", "param", "output"
+
+struct PlanStage {
+    int index = 0;                    // 1-based, as NormSpec::stages
+    AxisSet reduced;                  // the union of its reductions' axes
+    AxisSet independent;              // the union of its statistics' axes
+    std::vector<NodePtr> reductions;  // those the kernel computes (reached from its outputs)
+};
+
+// One kernel of a plan. Every plan has one today ("main": the whole layer); a plan whose
+// statistics span blocks (parameter gradients) will add per-block partial sums and a final reduce.
+struct PlanKernel {
+    std::string role;                  // "main"
+    std::vector<std::string> outputs;  // the outputs it writes
+};
+
+struct KernelPlan {
+    std::string layer;
+    DType dtype = DType::F32;  // the storage type asked for
+    Variant variant = Variant::Core;
+    KernelTypes types;
+    std::vector<PlanArg> args;
+    std::vector<PlanStage> stages;  // only stages with a reduction this kernel computes
+    AxisSet reduced;                // every axis some computed reduction reduces
+
+    int main_output = -1;              // index into NormSpec::outputs
+    std::vector<AxisId> main_order;    // its atomic axes, memory order, outermost first
+    std::vector<int> same_shape;       // other outputs of the same shape (they share the loop nest)
+    LayoutClass layout = LayoutClass::Map;
+    std::string layout_reason;
+    // Row layout: the leading axes of main_order that index rows (the reduced block follows);
+    // map layout: all but the innermost; root layout: 0.
+    size_t row_axes = 0;
+    // The two innermost axes of main_order travel together in every tensor and no statistic varies
+    // along them (BatchNorm's (h, w)): a map may run them as one contiguous loop.
+    bool inner_pair_fusable = false;
+    // Axes no computed reduction reduces that every output of the kernel has, outermost first: the
+    // CPU runtime may cut an MLIR kernel's work along one of them (runtime/mlir_abi.h).
+    std::vector<AxisId> split_axes;
+    // CUDA: one block per index of these axes (ascending), or the reason the CUDA plan cannot take
+    // the declaration, located at the reduction that breaks it (file:line:col: ...).
+    std::vector<AxisId> cuda_block_axes;
+    std::string cuda_refusal;
+    std::vector<PlanKernel> kernels;
+
+    // The args that are outputs, in order, and the index of an arg by name (-1 if absent).
+    std::vector<const PlanArg *> outputs() const;
+    int find_arg(const std::string &name) const;
+};
+
+KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant);
+
+// Whether an expression depends on a reduction (through named values).
+bool depends_on_reduction(const NormSpec &spec, const Node &n);
+
+// Axis names as a JSON array ["n", "h", "w"] (the manifest's and the plan's spelling of axis lists).
+nlohmann::json axis_names_json(const NormSpec &spec, const std::vector<AxisId> &axes);
+
+// `normgen describe --plan`: the plans of every variant, as text or JSON.
+std::string plan_text(const NormSpec &spec, const KernelPlan &plan);
+nlohmann::json plan_json(const NormSpec &spec, const KernelPlan &plan);
 
 }  // namespace normgen

@@ -1,8 +1,13 @@
 #include "codegen/common/manifest.h"
 
 #include "codegen/common/kernel_plan.h"
+#include "dsl/printer.h"
+#include "runtime/mlir_abi.h"
+
+#include "runtime/errors.h"
 
 #include <cstdio>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -12,32 +17,44 @@ namespace normgen {
 
 using nlohmann::json;
 
-json manifest_arg(const NormSpec &spec, const std::string &name, const char *role, DType dtype, const std::vector<AxisId> &dims,
-                  bool optional, const std::string &updates) {
-    json a;
-    a["name"] = name;
-    a["role"] = role;
-    a["dtype"] = dtype_name(dtype);
-    json d = json::array(), b = json::array();
-    for (AxisId x : dims) d.push_back(spec.axes[x].name);
-    std::vector<AxisId> atoms = spec.memory_atoms(dims);
-    for (auto it = atoms.rbegin(); it != atoms.rend(); ++it) b.push_back(spec.axes[*it].name);
-    a["dims"] = d;
-    a["buffer_dims"] = b;
-    a["optional"] = optional;
-    a["updates"] = updates;
-    return a;
-}
-
-json manifest_args(const NormSpec &spec, const KernelTypes &types, bool full) {
+json manifest_args(const NormSpec &spec, const KernelPlan &plan) {
     json args = json::array();
-    for (const TensorInfo &ti : spec.tensors)
-        args.push_back(manifest_arg(spec, ti.name, ti.role == TensorInfo::Param ? "param" : "input", types.storage.at(ti.name), ti.dims, false, ""));
-    for (const OutputInfo &o : spec.outputs) {
-        if (o.optional && !full) continue;
-        args.push_back(manifest_arg(spec, o.name, "output", types.storage.at(o.name), o.dims, o.optional, o.updates));
+    for (const PlanArg &p : plan.args) {
+        json a;
+        a["name"] = p.name;
+        a["role"] = arg_role_name(p.role);
+        a["dtype"] = dtype_name(p.dtype);
+        json d = json::array(), b = json::array();
+        for (AxisId x : p.dims) d.push_back(spec.axes[x].name);
+        for (auto it = p.atoms.rbegin(); it != p.atoms.rend(); ++it) b.push_back(spec.axes[*it].name);
+        a["dims"] = d;
+        a["buffer_dims"] = b;
+        a["optional"] = p.optional;
+        a["updates"] = p.updates;
+        args.push_back(a);
     }
     return args;
+}
+
+json manifest_entry(const NormSpec &spec, const KernelPlan &plan, const KernelEntryInfo &info) {
+    json e;
+    e["function"] = kernel_function_name(spec.name, plan.dtype, info.backend, info.isa, plan.variant);
+    e["layer"] = spec.name;
+    e["source"] = info.source;
+    e["norm"] = print_norm(spec);
+    e["dtype"] = dtype_name(plan.dtype);
+    e["target"] = info.target;
+    e["isa"] = isa_name(info.isa);
+    e["cpu_features"] = info.cpu_features;
+    e["variant"] = variant_name(plan.variant);
+    e["backend"] = backend_name(info.backend);
+    e["device"] = device_name(device_of(info.isa));
+    if (info.schedule) e["schedule"] = info.schedule->to_json();
+    e["schedule_text"] = info.schedule_text;
+    e["library"] = info.library;
+    e["header"] = info.header;
+    e["args"] = manifest_args(spec, plan);
+    return e;
 }
 
 void write_file_atomically(const std::string &path, const std::string &text) {
@@ -84,6 +101,8 @@ void write_kernel_table(const json &entries, const std::string &path) {
         if (e->value("backend", "halide") != "mlir") continue;
         std::string f = (*e)["function"];
         const json &split = (*e)["split"];
+        int64_t chunk_bytes = kMlirChunkBytes;
+        if (e->contains("schedule") && (*e)["schedule"].is_object()) chunk_bytes = (*e)["schedule"]["knobs"].value("chunk_bytes", chunk_bytes);
         size_t nargs = (*e)["args"].size();
         os << "const int " << f << "_split[] = {";
         bool first = true;
@@ -95,7 +114,7 @@ void write_kernel_table(const json &entries, const std::string &path) {
         if (first) os << "0";
         os << "};\n"
            << "const normgen::MlirKernelInfo " << f << "_info = {" << nargs << ", " << split["dims"].size() << ", " << f << "_split, "
-           << "reinterpret_cast<void *>(&_mlir_ciface_" << f << ")};\n"
+           << "reinterpret_cast<void *>(&_mlir_ciface_" << f << "), " << chunk_bytes << "};\n"
            << "int " << f << "_argv(void **args) { return normgen::mlir_argv(" << f << "_info, args, &halide_do_par_for); }\n\n";
     }
     os << "}  // namespace\n\nnamespace normgen {\n\nconst KernelEntry kKernelTable[] = {\n";
@@ -105,7 +124,51 @@ void write_kernel_table(const json &entries, const std::string &path) {
     }
     if (host.empty()) os << "    {nullptr, nullptr},\n";
     os << "};\nconst size_t kKernelTableSize = " << host.size() << ";\n\n}  // namespace normgen\n";
+    // The Halide runtime may sit in the same archive as this table (normgen_add_kernels). A program
+    // that uses the table pulls this object in, and this reference pulls the runtime in with it (the
+    // linker rescans an archive until nothing new is needed), so the kernels' libraries, which come
+    // after it on the link line, find the runtime whatever order the program lists its libraries in.
+    os << "\nextern \"C\" void *halide_malloc(void *user_context, size_t size);\n"
+       << "extern void *(*const normgen_kernel_table_halide_runtime_anchor)(void *, size_t);\n"
+       << "void *(*const normgen_kernel_table_halide_runtime_anchor)(void *, size_t) = &halide_malloc;\n";
     write_file_atomically(path, os.str());
+}
+
+void merge_manifests(const std::vector<std::string> &inputs, const std::string &manifest_path, const std::string &table_path) {
+    namespace fs = std::filesystem;
+    const fs::path out_dir = fs::absolute(fs::path(manifest_path)).parent_path();
+    json all = json::array();
+    std::map<std::string, std::string> from;  // function -> the input that listed it
+    for (const std::string &input : inputs) {
+        std::ifstream in(input);
+        if (!in) throw UserError("merge: cannot read " + input);
+        json doc = json::parse(in, nullptr, false);
+        if (doc.is_discarded()) throw UserError("merge: " + input + " is not valid JSON");
+        const json *entries = &doc;
+        if (doc.is_object()) {
+            if (doc.value("normgen_manifest", 0) != 1 || !doc.contains("kernels"))
+                throw UserError("merge: " + input + " is not a normgen manifest (version 1)");
+            entries = &doc["kernels"];
+        }
+        if (!entries->is_array()) throw UserError("merge: " + input + " holds no list of kernels");
+        const fs::path in_dir = fs::absolute(fs::path(input)).parent_path();
+        for (json e : *entries) {
+            std::string fn = e.value("function", "");
+            if (fn.empty()) throw UserError("merge: " + input + ": a kernel without a function name");
+            if (auto it = from.find(fn); it != from.end())
+                throw UserError("merge: kernel '" + fn + "' comes from two inputs (" + it->second + " and " + input +
+                                "); give each layer its own name");
+            from[fn] = input;
+            for (const char *field : {"library", "header", "ptx", "cubin"}) {
+                if (!e.contains(field) || !e[field].is_string() || e[field].get<std::string>().empty()) continue;
+                fs::path p = in_dir / e[field].get<std::string>();
+                e[field] = fs::relative(p, out_dir).generic_string();
+            }
+            all.push_back(e);
+        }
+    }
+    write_manifest(all, manifest_path);
+    write_kernel_table(all, table_path);
 }
 
 }  // namespace normgen

@@ -2,6 +2,8 @@
 // Halide and MLIR generators so both backends' kernels are described, found and called alike.
 #pragma once
 
+#include "codegen/common/kernel_plan.h"
+#include "codegen/common/schedule_record.h"
 #include "dsl/norm_spec.h"
 
 #include <nlohmann/json.hpp>
@@ -11,15 +13,25 @@
 
 namespace normgen {
 
-// One entry of a kernel's manifest "args": name, role, dtype, declared dims and the buffer dims
-// (atomic axes, innermost first), optional and updates flags.
-nlohmann::json manifest_arg(const NormSpec &spec, const std::string &name, const char *role, DType dtype,
-                            const std::vector<AxisId> &dims, bool optional, const std::string &updates);
+// The "args" of a plan's kernel (format: runtime/registry.h): inputs and params, then its outputs.
+nlohmann::json manifest_args(const NormSpec &spec, const KernelPlan &plan);
 
-// The "args" of a kernel with these storage types: inputs and params, then the outputs (the
-// optional ones only when `full`).
-struct KernelTypes;
-nlohmann::json manifest_args(const NormSpec &spec, const KernelTypes &types, bool full);
+// What a backend knows about one compiled kernel beyond its plan.
+struct KernelEntryInfo {
+    Backend backend = Backend::Halide;
+    Isa isa = Isa::Avx2;
+    std::string source;                     // the .norm path as recorded
+    std::string target;                     // the backend's target string
+    std::vector<std::string> cpu_features;  // __builtin_cpu_supports names (CPU kernels)
+    const ScheduleRecord *schedule = nullptr;
+    std::string schedule_text;              // what the schedule did, in words
+    std::string library, header;            // file names in the kernel's folder ("" when none)
+};
+
+// The manifest entry of one kernel: function name, layer, canonical declaration, dtype, variant,
+// backend, device, ISA, the schedule record (JSON) and its description, files and args. Backends
+// add their own fields (MLIR's "split", CUDA's launch geometry) to the object returned.
+nlohmann::json manifest_entry(const NormSpec &spec, const KernelPlan &plan, const KernelEntryInfo &info);
 
 // Writes {"normgen_manifest": 1, "kernels": entries} to `path` (via a temporary file and a rename).
 void write_manifest(const nlohmann::json &entries, const std::string &path);
@@ -29,6 +41,12 @@ void write_manifest(const nlohmann::json &entries, const std::string &path);
 // ("backend": "mlir") the table defines one that adapts the buffers to the kernel's memref C
 // interface (runtime/mlir_abi.h). CUDA kernels ("device": "cuda") have no host entry point.
 void write_kernel_table(const nlohmann::json &entries, const std::string &path);
+
+// Merges manifests (`normgen compile`'s manifest.json) or fragments (a generator's JSON list of
+// entries) into one manifest and its kernel table: file fields ("library", "header", "ptx", "cubin")
+// are rewritten relative to the merged manifest's folder; a function listed twice is refused
+// (UserError naming both inputs). Writes both files atomically.
+void merge_manifests(const std::vector<std::string> &inputs, const std::string &manifest_path, const std::string &table_path);
 
 // Writes `text` to `path` via a temporary file and a rename: an interrupted build never leaves half a file.
 void write_file_atomically(const std::string &path, const std::string &text);

@@ -3,9 +3,13 @@
 // Exit codes: 0 success, 1 user error (bad declaration, bad input), 2 internal error (a normgen bug).
 #include "codegen/driver/catalog_table.h"
 #include "codegen/driver/describe.h"
-#include "codegen/driver/options.h"
+#include "codegen/tool/options.h"
 #include "codegen/driver/report.h"
-#include "codegen/driver/verify_cmd.h"
+#include "codegen/tool/tool_main.h"
+#include "codegen/tool/run_cmd.h"
+#include "codegen/tool/verify_cmd.h"
+#include "codegen/common/kernel_plan.h"
+#include "codegen/common/manifest.h"
 #include "codegen/halide/aot.h"
 #include "codegen/halide/jit.h"
 #include "dsl/checker.h"
@@ -36,13 +40,17 @@ commands:
   check FILE...         Check .norm declarations; print located diagnostics.
                         Exit 0 when every file is valid, 1 otherwise.
   print FILE            Print the declaration in canonical form.
-  describe FILE         Print the recorded facts: inputs, outputs, reduction stages and
-                        their axes, eps placement, affine terms, precisions.
+  describe FILE [--plan [--json] [--dtype T]]
+                        Print the recorded facts: inputs, outputs, reduction stages and
+                        their axes, eps placement, affine terms, precisions. --plan: the
+                        kernel plan of each variant instead (argument ABI, per stage the
+                        reduced and kept axes, main output, layout class and why, split
+                        axes, CUDA blocks, the kernels), as text or JSON.
   catalog FILE...       One table row per declaration: reduction stages and axes, eps
                         placement, affine terms, outputs, and a float64 reference
                         evaluation on fresh random inputs (exit 1 if any row fails).
   verify FILE... [--backend halide|mlir] [--dtype f32,bf16,f16|all] [--target host,x86-64-avx2]
-                 [--json] [--seed N] [--quick] [--failures]
+                 [--schedule KNOBS|FILE.json] [--json] [--seed N] [--quick] [--failures]
                         (--quick: every fourth shape of the sweep; --failures: print
                         only the failing rows)
                         Compile the declaration (any .norm file) and check its kernels
@@ -50,25 +58,37 @@ commands:
                         fresh random inputs (printed seed replays a run). Prints a table;
                         exit 0 only if every case passes. --backend mlir compiles the
                         declaration through the MLIR pipeline (linalg -> LLVM) for this
-                        host (runs normgen-mlir, built beside normgen).
-  explain FILE --backend mlir [--stage linalg|loops|llvm|gpu|nvvm|ptx] [--dtype f32|bf16|f16]
+                        host (runs normgen-mlir, built beside normgen). --schedule
+                        overrides knobs of every kernel's schedule record
+                        ('vector_width=8,row_accumulators=2' or a JSON record).
+  explain FILE --backend mlir [--stage linalg|loops|llvm|gpu|nvvm|ptx] [--dtype f32|bf16|f16] [--locations]
                         Print the declaration as each stage of the MLIR pipelines sees it
                         (default: every CPU stage): linalg (as lowered), loops (after
                         linalg -> loops; `vector` is accepted), llvm (optimized LLVM IR for
                         this host), gpu (the CUDA kernel in the gpu dialect), nvvm, ptx
-                        (sm_90 PTX).
-  compile FILE -o DIR [--backend halide] [--target host,x86-64-avx2] [--dtype f32,bf16,f16]
-                        Generate the declaration's kernels ahead of time: for each type
-                        and target a static library and header (C ABI, one halide_buffer_t
-                        per tensor), the shared Halide runtime (halide_runtime.o), a
-                        manifest.json and kernel_table.cpp for runtime/registry.h.
-  run FILE --in NAME=FILE.npy... --out DIR [--backend reference|halide]
+                        (sm_90 PTX). --locations: beside each op, the file:line:col of the
+                        declaration's node it came from.
+  compile FILE -o DIR [--backend halide|mlir] [--target host,x86-64-avx2] [--dtype f32,bf16,f16]
+                 [--schedule KNOBS|FILE.json] [--archive NAME.a]
+                        Generate the declaration's kernels ahead of time: for each type,
+                        target and variant an object and header (C ABI, one
+                        halide_buffer_t per tensor), all in one static library (NAME.a,
+                        default <layer>.a; <layer>.mlir.a for mlir), the shared Halide
+                        runtime (halide_runtime.o), a manifest.json (with each kernel's
+                        schedule record) and kernel_table.cpp for runtime/registry.h.
+                        --backend mlir: the MLIR CPU kernels for this host.
+  merge --manifest M.json --table T.cpp MANIFEST.json...
+                        Merge the manifests of several compiles into one manifest and one
+                        kernel table (file paths made relative to M.json's folder; a
+                        kernel listed twice is refused). normgen_add_kernels() runs it.
+  run FILE --in NAME=FILE.npy... --out DIR [--backend reference|halide|mlir]
            [--dtype f32|bf16|f16] [--target host|x86-64-avx2] [--set NAME=VALUE...]
+           [--schedule KNOBS|FILE.json]
                         Evaluate the declaration on NumPy .npy inputs (every input and
                         parameter, by its declared name) and write each output as
                         DIR/NAME.npy (float64 holding the values as stored). With
-                        --backend halide the kernel is compiled for the target and the
-                        inputs are rounded to the storage type (--dtype) first. --set
+                        --backend halide or mlir the kernel is compiled for the target and
+                        the inputs are rounded to the storage type (--dtype) first. --set
                         overrides a declared const or fixes an axis extent (e.g. --set
                         eps=1e-6 --set g=4). Nothing is written unless every input is valid.
   report RESULTS.json -o DIR [--no-plots] [--print]
@@ -88,7 +108,8 @@ exit codes: 0 success, 1 user error, 2 internal error.
 
 examples:
   normgen check dsl/catalog/*.norm
-  normgen describe dsl/catalog/group_norm_nhwc.norm
+  normgen describe dsl/catalog/group_norm_nhwc.norm --plan
+  normgen verify my_variant.norm --schedule 'row_accumulators=2,sum_block=32'
   normgen run dsl/catalog/rms_norm.norm --in x=x.npy --in weight=w.npy --out out/
   normgen report build/bench.json -o build/report
 )";
@@ -117,17 +138,10 @@ int cmd_report(const std::vector<std::string> &args) {
     return run_report(o);
 }
 
-// The Halide JIT as the verifier's kernel.
-class HalideVerifyKernel : public VerifyKernel {
-public:
-    HalideVerifyKernel(const NormSpec &spec, DType dtype, const std::string &target)
-        : k_(spec, dtype, hl::parse_target(target), hl::CpuSchedule{}, true) {}
-    TensorMap run(const TensorMap &in, const Overrides &ov) const override { return k_.run(in, ov); }
-    StorageMap storage() const override { return StorageMap(k_.types().storage.begin(), k_.types().storage.end()); }
-
-private:
-    hl::JitKernel k_;
-};
+// The Halide JIT as the tools' kernel (with the optional outputs).
+std::unique_ptr<CompiledKernel> halide_factory(const NormSpec &spec, DType dtype, const std::string &target, const std::string &schedule) {
+    return std::make_unique<hl::JitKernel>(spec, dtype, hl::parse_target(target), variants_of(spec).back(), schedule);
+}
 
 // The MLIR backend lives in its own executable (MLIR and Halide each carry their own LLVM):
 // normgen-mlir, installed beside this binary. Replaces this process with it.
@@ -151,9 +165,7 @@ private:
 int cmd_verify_any(const std::vector<std::string> &rest) {
     VerifyArgs v = parse_verify_args(rest);
     if (v.backend == "mlir") exec_mlir("verify", rest);
-    return cmd_verify(v, [](const NormSpec &spec, DType dtype, const std::string &target) -> std::unique_ptr<VerifyKernel> {
-        return std::make_unique<HalideVerifyKernel>(spec, dtype, target);
-    });
+    return cmd_verify(v, halide_factory);
 }
 
 int cmd_explain(const std::vector<std::string> &rest) {
@@ -179,89 +191,24 @@ int cmd_check(const std::vector<std::string> &files) {
     return bad ? 1 : 0;
 }
 
-std::pair<std::string, std::string> split_assignment(const std::string &arg, const char *flag) {
-    size_t eq = arg.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size())
-        throw Usage(std::string(flag) + " expects NAME=VALUE, got '" + arg + "'");
-    return {arg.substr(0, eq), arg.substr(eq + 1)};
+int cmd_run_any(const std::vector<std::string> &rest) {
+    RunArgs r = parse_run_args(rest);
+    if (r.backend == "mlir") exec_mlir("run", rest);
+    if (r.backend != "reference" && r.backend != "halide")
+        throw UserError("run: unknown backend '" + r.backend + "' (available: reference, halide, mlir)");
+    KernelFactory halide = halide_factory;
+    return cmd_run(r, &halide);
 }
 
-int cmd_run(const std::vector<std::string> &args) {
-    std::string file, out_dir, backend = "reference", target = "host";
-    DType dtype = DType::F32;
-    std::vector<std::pair<std::string, std::string>> ins;
-    Overrides overrides;
-    for (size_t i = 0; i < args.size(); ++i) {
-        const std::string &a = args[i];
-        auto value = [&](const char *flag) -> std::string {
-            if (i + 1 >= args.size()) throw Usage(std::string(flag) + " needs a value");
-            return args[++i];
-        };
-        if (a == "--in") ins.push_back(split_assignment(value("--in"), "--in"));
-        else if (a == "--out" || a == "-o") out_dir = value("--out");
-        else if (a == "--backend") backend = value("--backend");
-        else if (a == "--target") target = value("--target");
-        else if (a == "--dtype") {
-            std::vector<DType> d = parse_dtypes(value("--dtype"));
-            if (d.size() != 1) throw Usage("run: --dtype takes one storage type");
-            dtype = d[0];
-        } else if (a == "--set") {
-            auto [name, v] = split_assignment(value("--set"), "--set");
-            char *end = nullptr;
-            double d = std::strtod(v.c_str(), &end);
-            if (!end || *end) throw Usage("--set " + name + ": '" + v + "' is not a number");
-            overrides[name] = d;
-        } else if (!a.empty() && a[0] == '-') throw Usage("run: unknown option '" + a + "'");
-        else if (file.empty()) file = a;
-        else throw Usage("run: one .norm file at a time (got '" + file + "' and '" + a + "')");
-    }
-    if (file.empty()) throw Usage("run: give a .norm file");
-    if (out_dir.empty()) throw Usage("run: give --out DIR");
-    if (backend != "reference" && backend != "halide")
-        throw UserError("run: backend '" + backend + "' is not available in this build (available: reference, halide)");
-
-    NormSpec spec = load_norm_file(file);
-    TensorMap inputs;
-    for (const auto &[name, path] : ins) {
-        if (!spec.find_tensor(name)) {
-            std::string known;
-            for (const auto &t : spec.tensors) known += (known.empty() ? "" : ", ") + t.name;
-            throw UserError("--in " + name + ": '" + spec.name + "' has no input or parameter named '" + name + "' (it has: " + known + ")");
-        }
-        if (inputs.count(name)) throw UserError("--in " + name + ": given twice");
-        inputs[name] = read_npy(path);
-    }
-    // Evaluate everything before creating the output folder: a bad call writes nothing.
-    TensorMap outputs;
-    if (backend == "reference") {
-        outputs = evaluate_reference(spec, inputs, overrides);
-    } else {
-        // Constants are compiled into the kernel; axis extents (e.g. the group count) are not.
-        validate_overrides(spec, overrides);
-        Overrides consts, axes;
-        for (const auto &[name, v] : overrides) (spec.find_const(name) ? consts : axes)[name] = v;
-        bind_axes(spec, inputs, axes);  // refuse a bad call before compiling
-        hl::JitKernel k(spec, dtype, hl::parse_target(target), hl::CpuSchedule{}, true, consts);
-        outputs = k.run(inputs, axes);  // inputs are rounded to the storage types on the way in
-    }
-    std::error_code ec;
-    fs::create_directories(out_dir, ec);
-    if (ec) throw UserError("--out " + out_dir + ": cannot create folder: " + ec.message());
-    for (const OutputInfo &o : spec.outputs) {
-        std::string path = (fs::path(out_dir) / (o.name + ".npy")).string();
-        write_npy(path, outputs.at(o.name));
-        std::cout << "wrote " << path << " " << shape_text(outputs.at(o.name).shape) << "\n";
-    }
-    return 0;
-}
-
-// normgen compile FILE --backend halide --target host|x86-64-avx2 --dtype bf16 -o DIR
-// The user path: static libraries + headers for the chosen types and targets, the Halide runtime
-// they share, a manifest, and the kernel table (runtime/kernel_table.h) to link with them.
+// normgen compile FILE --backend halide|mlir --target host|x86-64-avx2 --dtype bf16 -o DIR
+// The user path: the kernels of the chosen types and targets (an object + header each, all in one
+// static library), the Halide runtime they share, a manifest, and the kernel table
+// (runtime/kernel_table.h) to link with them.
 int cmd_compile(const std::vector<std::string> &args) {
-    std::string file, out_dir, backend = "halide";
+    std::string file, out_dir, backend = "halide", schedule, archive;
     std::vector<DType> dtypes{DType::F32};
     std::vector<std::string> targets{"host"};
+    bool targets_given = false;
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string &a = args[i];
         auto value = [&](const char *flag) -> std::string {
@@ -270,32 +217,107 @@ int cmd_compile(const std::vector<std::string> &args) {
         };
         if (a == "--out" || a == "-o") out_dir = value("-o");
         else if (a == "--backend") backend = value("--backend");
-        else if (a == "--target") targets = split_list(value("--target"));
-        else if (a == "--dtype") dtypes = parse_dtypes(value("--dtype"));
+        else if (a == "--target") {
+            targets = split_list(value("--target"));
+            targets_given = true;
+        } else if (a == "--dtype") dtypes = parse_dtypes(value("--dtype"));
+        else if (a == "--schedule") schedule = value("--schedule");
+        else if (a == "--archive") archive = value("--archive");
         else if (!a.empty() && a[0] == '-') throw Usage("compile: unknown option '" + a + "'");
         else if (file.empty()) file = a;
         else throw Usage("compile: one .norm file at a time (got '" + file + "' and '" + a + "')");
     }
     if (file.empty()) throw Usage("compile: give a .norm file");
     if (out_dir.empty()) throw Usage("compile: give -o DIR");
-    if (backend != "halide") throw UserError("compile: backend '" + backend + "' is not available (available: halide)");
+    if (backend != "halide" && backend != "mlir") throw Usage("compile: unknown backend '" + backend + "' (available: halide, mlir)");
     if (targets.empty()) throw Usage("--target: give at least one target");
+    if (archive.find('/') != std::string::npos) throw Usage("--archive: a file name inside -o DIR, not a path");
+    NormSpec spec = load_norm_file(file);  // a bad declaration is refused before anything is written
+    if (backend == "mlir") {
+        if (targets_given && (targets.size() != 1 || targets[0] != "host"))
+            throw Usage("compile: the mlir backend compiles for target 'host' (mlir-cpu)");
+        // MLIR kernels run on Halide's thread pool: the runtime object comes from here, the kernels
+        // from normgen-mlir (its own LLVM), which also writes the manifest and the table.
+        fs::create_directories(out_dir);
+        hl::compile_halide_runtime((fs::path(out_dir) / "halide_runtime.o").string());
+        std::string dtype_list;
+        for (DType d : dtypes) dtype_list += (dtype_list.empty() ? "" : ",") + std::string(dtype_name(d));
+        std::vector<std::string> rest{file, "--out", out_dir, "--source", file, "--dtype", dtype_list,
+                                      "--manifest", (fs::path(out_dir) / "manifest.json").string(),
+                                      "--table", (fs::path(out_dir) / "kernel_table.cpp").string()};
+        if (!archive.empty()) rest.insert(rest.end(), {"--archive", archive});
+        if (!schedule.empty()) rest.insert(rest.end(), {"--schedule", schedule});
+        exec_mlir("compile", rest);
+    }
     for (const std::string &t : targets) hl::parse_target(t);  // refuse a bad target before writing
-    NormSpec spec = load_norm_file(file);
-    hl::AotRequest req{file, dtypes, targets, out_dir, {}};
+    hl::AotRequest req{file, dtypes, targets, out_dir, archive, schedule};
     nlohmann::json entries = hl::compile_halide_kernels(spec, req);
     hl::compile_halide_runtime((fs::path(out_dir) / "halide_runtime.o").string());
     write_manifest(entries, (fs::path(out_dir) / "manifest.json").string());
     write_kernel_table(entries, (fs::path(out_dir) / "kernel_table.cpp").string());
     for (const auto &e : entries)
-        std::cout << "wrote " << (fs::path(out_dir) / e["library"].get<std::string>()).string() << " and "
-                  << e["header"].get<std::string>() << "  (" << e["schedule"].get<std::string>() << ")\n";
-    std::cout << "wrote " << (fs::path(out_dir) / "halide_runtime.o").string() << ", manifest.json, kernel_table.cpp\n";
+        std::cout << "wrote " << e["function"].get<std::string>() << " (" << e["header"].get<std::string>() << "): "
+                  << e["schedule_text"].get<std::string>() << "\n";
+    std::cout << "wrote " << (fs::path(out_dir) / (entries.empty() ? std::string("?") : entries[0]["library"].get<std::string>())).string()
+              << ", halide_runtime.o, manifest.json, kernel_table.cpp\n";
     return 0;
 }
 
-int dispatch(int argc, char **argv) {
-    std::vector<std::string> args(argv + 1, argv + argc);
+// normgen describe FILE [--plan [--json] [--dtype T]]
+int cmd_describe(const std::vector<std::string> &args) {
+    std::string file;
+    bool plan = false, json = false;
+    DType dtype = DType::F32;
+    for (size_t i = 0; i < args.size(); ++i) {
+        const std::string &a = args[i];
+        if (a == "--plan") plan = true;
+        else if (a == "--json") json = true;
+        else if (a == "--dtype") {
+            if (i + 1 >= args.size()) throw Usage("--dtype needs a value");
+            std::vector<DType> d = parse_dtypes(args[++i]);
+            if (d.size() != 1) throw Usage("describe: --dtype takes one storage type");
+            dtype = d[0];
+        } else if (!a.empty() && a[0] == '-') throw Usage("describe: unknown option '" + a + "'");
+        else if (file.empty()) file = a;
+        else throw Usage("describe: one .norm file at a time");
+    }
+    if (file.empty()) throw Usage("describe: give a .norm file");
+    if (json && !plan) throw Usage("describe: --json goes with --plan");
+    NormSpec spec = load_norm_file(file);
+    if (!plan) {
+        std::cout << describe_norm(spec);
+        return 0;
+    }
+    nlohmann::json plans = nlohmann::json::array();
+    for (Variant v : variants_of(spec)) {
+        KernelPlan p = make_plan(spec, dtype, v);
+        if (json) plans.push_back(plan_json(spec, p));
+        else std::cout << plan_text(spec, p);
+    }
+    if (json) std::cout << nlohmann::json{{"layer", spec.name}, {"source", file}, {"plans", plans}}.dump(1) << "\n";
+    return 0;
+}
+
+// normgen merge --manifest M.json --table T.cpp MANIFEST.json...
+int cmd_merge(const std::vector<std::string> &args) {
+    std::string manifest, table;
+    std::vector<std::string> inputs;
+    for (size_t i = 0; i < args.size(); ++i) {
+        auto value = [&]() -> std::string {
+            if (i + 1 >= args.size()) throw Usage(args[i] + " needs a value");
+            return args[++i];
+        };
+        if (args[i] == "--manifest") manifest = value();
+        else if (args[i] == "--table") table = value();
+        else if (!args[i].empty() && args[i][0] == '-') throw Usage("merge: unknown option '" + args[i] + "'");
+        else inputs.push_back(args[i]);
+    }
+    if (manifest.empty() || table.empty() || inputs.empty()) throw Usage("merge: give --manifest M.json --table T.cpp and the manifests to merge");
+    merge_manifests(inputs, manifest, table);
+    return 0;
+}
+
+int dispatch(const std::vector<std::string> &args) {
     if (args.empty()) {
         std::cerr << kUsage;
         return 1;
@@ -312,13 +334,14 @@ int dispatch(int argc, char **argv) {
         return 0;
     }
     if (cmd == "check") return cmd_check(rest);
-    if (cmd == "print" || cmd == "describe") {
+    if (cmd == "print") {
         if (rest.size() != 1) throw Usage(cmd + ": give exactly one .norm file");
-        NormSpec spec = load_norm_file(rest[0]);
-        std::cout << (cmd == "print" ? print_norm(spec) : describe_norm(spec));
+        std::cout << print_norm(load_norm_file(rest[0]));
         return 0;
     }
-    if (cmd == "run") return cmd_run(rest);
+    if (cmd == "describe") return cmd_describe(rest);
+    if (cmd == "merge") return cmd_merge(rest);
+    if (cmd == "run") return cmd_run_any(rest);
     if (cmd == "verify") return cmd_verify_any(rest);
     if (cmd == "explain") return cmd_explain(rest);
     if (cmd == "compile") return cmd_compile(rest);
@@ -334,20 +357,4 @@ int dispatch(int argc, char **argv) {
 
 }  // namespace
 
-int main(int argc, char **argv) {
-    try {
-        return dispatch(argc, argv);
-    } catch (const Usage &e) {
-        std::cerr << "normgen: " << e.what() << "\n(see normgen --help)\n";
-        return 1;
-    } catch (const DiagnosticError &e) {
-        std::cerr << e.render();
-        return 1;
-    } catch (const UserError &e) {
-        std::cerr << "normgen: error: " << e.what() << "\n";
-        return 1;
-    } catch (const std::exception &e) {
-        std::cerr << "normgen: internal error: " << e.what() << "\n(this is a bug in normgen; please report it)\n";
-        return 2;
-    }
-}
+int main(int argc, char **argv) { return run_tool("normgen", argc, argv, dispatch); }

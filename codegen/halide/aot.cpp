@@ -14,8 +14,6 @@ namespace normgen::hl {
 using namespace Halide;
 using nlohmann::json;
 
-std::string isa_tag(const Target &t) { return t.has_feature(Target::AVX512) ? "avx512" : "avx2"; }
-
 std::vector<std::string> cpu_features(const Target &t) {
     std::vector<std::string> f;
     auto need = [&](Target::Feature feat, std::initializer_list<const char *> names) {
@@ -36,43 +34,42 @@ std::vector<std::string> cpu_features(const Target &t) {
 json compile_halide_kernels(const NormSpec &spec, const AotRequest &req) {
     namespace fs = std::filesystem;
     fs::create_directories(req.out_dir);
-    const bool has_optional = has_optional_outputs(spec);
-    std::string canonical = print_norm(spec);
     json entries = json::array();
-    std::set<std::string> seen_isa;
+    const std::string archive = req.archive.empty() ? spec.name + ".a" : req.archive;
+    std::vector<std::string> objects;
+    Target first_target;
+    std::set<Isa> seen_isa;
     for (const std::string &tname : req.targets) {
         Target t = parse_target(tname).with_feature(Target::NoRuntime).without_feature(Target::JIT);
-        std::string isa = isa_tag(t);
+        const Isa isa = isa_of(t);
         if (!seen_isa.insert(isa).second) continue;  // e.g. host == x86-64-avx2 on a machine without AVX-512
+        if (objects.empty()) first_target = t;
         for (DType dtype : req.dtypes) {
-            for (bool full : {false, true}) {
-                if (full && !has_optional) continue;
-                KernelTypes types = kernel_types(spec, dtype);
-                LoweredPipeline p = lower_to_halide(spec, types, full);
-                std::string schedule = schedule_cpu(p, spec, t, req.schedule);
-                std::string fn = spec.name + "__" + dtype_name(dtype) + "__" + isa + "__" + (full ? "full" : "core");
+            for (Variant variant : variants_of(spec)) {
+                KernelPlan plan = make_plan(spec, dtype, variant);
+                ScheduleRecord record = choose_schedule(plan, ScheduleKind::HalideCpu, isa);
+                if (!req.schedule_overrides.empty()) apply_schedule_overrides(record, req.schedule_overrides);
+                LoweredPipeline p = lower_to_halide(spec, plan, record);
+                std::string text = schedule_cpu(p, spec, plan, record);
+                std::string fn = kernel_function_name(spec.name, dtype, Backend::Halide, isa, variant);
                 std::string prefix = (fs::path(req.out_dir) / fn).string();
-                p.pipeline().compile_to_static_library(prefix, p.arguments(), fn, t);
-                json e;
-                e["function"] = fn;
-                e["layer"] = spec.name;
-                e["source"] = req.source;
-                e["norm"] = canonical;
-                e["dtype"] = dtype_name(dtype);
-                e["target"] = t.to_string();
-                e["isa"] = isa;
-                e["cpu_features"] = cpu_features(t);
-                e["variant"] = full ? "full" : "core";
-                e["schedule"] = schedule;
-                e["library"] = fn + ".a";
-                e["header"] = fn + ".h";
-                e["backend"] = "halide";
-                e["device"] = "cpu";
-                e["args"] = manifest_args(spec, types, full);
-                entries.push_back(e);
+                p.pipeline().compile_to({{OutputFileType::object, prefix + ".o"}, {OutputFileType::c_header, prefix + ".h"}}, p.arguments(), fn, t);
+                objects.push_back(prefix + ".o");
+                KernelEntryInfo info;
+                info.backend = Backend::Halide;
+                info.isa = isa;
+                info.source = req.source;
+                info.target = t.to_string();
+                info.cpu_features = cpu_features(t);
+                info.schedule = &record;
+                info.schedule_text = text;
+                info.library = archive;
+                info.header = fn + ".h";
+                entries.push_back(manifest_entry(spec, plan, info));
             }
         }
     }
+    create_static_library(objects, first_target, (fs::path(req.out_dir) / archive).string());
     return entries;
 }
 

@@ -1,5 +1,7 @@
-// Ahead-of-time compilation of a declaration's Halide kernels: one static library + header per
-// (dtype, target, variant), described by manifest entries (see runtime/registry.h for the format).
+// Ahead-of-time compilation of a declaration's Halide kernels: one object + header per (dtype,
+// target, variant), all objects in one static library, described by manifest entries (see
+// runtime/registry.h for the format). One archive per declaration means the build knows every file
+// it links from the .norm file's name alone, before anything is generated.
 #pragma once
 
 #include "codegen/common/manifest.h"
@@ -17,10 +19,12 @@ struct AotRequest {
     std::vector<DType> dtypes;
     std::vector<std::string> targets;    // "host", "x86-64-avx2", or Halide target strings
     std::string out_dir;
-    CpuSchedule schedule;
+    std::string archive;                 // the static library's file name in out_dir ("" = <layer>.a)
+    std::string schedule_overrides;      // applied to every kernel's default record ("" = defaults)
 };
 
-// Compiles every kernel of `spec` and returns the manifest entries (one per kernel). Targets that
+// Compiles every kernel of `spec` into out_dir and the archive, and returns the manifest entries
+// (one per kernel, "library" naming the archive). Targets that
 // resolve to the same ISA tag (a host without AVX-512 is "avx2") are compiled once. Variants: "core"
 // (required outputs) always; "full" (optional outputs too) when the layer has optional outputs.
 nlohmann::json compile_halide_kernels(const NormSpec &spec, const AotRequest &req);
@@ -28,9 +32,7 @@ nlohmann::json compile_halide_kernels(const NormSpec &spec, const AotRequest &re
 // The Halide runtime shared by all kernels (they are compiled with no_runtime), as an object file.
 void compile_halide_runtime(const std::string &object_path);
 
-// The ISA tag of a target ("avx512" or "avx2") and the CPU features a machine needs to run it, in
-// __builtin_cpu_supports spelling.
-std::string isa_tag(const Halide::Target &t);
+// The CPU features a machine needs to run code for a target, in __builtin_cpu_supports spelling.
 std::vector<std::string> cpu_features(const Halide::Target &t);
 
 }  // namespace normgen::hl

@@ -16,36 +16,44 @@ Target parse_target(const std::string &name) {
     return Target(name);
 }
 
+Isa isa_of(const Target &t) {
+    return t.has_feature(Target::AVX512) ? Isa::Avx512 : Isa::Avx2;
+}
+
 struct JitKernel::Impl {
     NormSpec spec;
     KernelTypes types;
+    ScheduleRecord record{ScheduleKind::HalideCpu};
     LoweredPipeline lowered;
     Pipeline pipeline;
     Target target;
     std::string schedule;
 };
 
-JitKernel::JitKernel(const NormSpec &spec, DType dtype, const Target &target, const CpuSchedule &schedule, bool with_optional,
+JitKernel::JitKernel(const NormSpec &spec, DType dtype, const Target &target, Variant variant, const std::string &schedule_overrides,
                      const Overrides &const_overrides)
     : impl_(std::make_unique<Impl>()) {
     try {
-        build(spec, dtype, target, schedule, with_optional, const_overrides);
+        build(spec, dtype, target, variant, schedule_overrides, const_overrides);
     } catch (const Halide::Error &e) {
         // A Halide error here is a normgen bug (the declaration was already checked).
         throw std::runtime_error(std::string("Halide: ") + e.what());
     }
 }
 
-void JitKernel::build(const NormSpec &spec, DType dtype, const Target &target, const CpuSchedule &schedule, bool with_optional,
+void JitKernel::build(const NormSpec &spec, DType dtype, const Target &target, Variant variant, const std::string &schedule_overrides,
                       const Overrides &const_overrides) {
     impl_->spec = spec;
     for (const auto &[name, v] : const_overrides)
         for (ConstInfo &c : impl_->spec.consts)
             if (c.name == name) c.value = v;
-    impl_->types = kernel_types(impl_->spec, dtype);
-    impl_->lowered = lower_to_halide(impl_->spec, impl_->types, with_optional);
+    KernelPlan plan = make_plan(impl_->spec, dtype, variant);
+    impl_->types = plan.types;
+    impl_->record = choose_schedule(plan, ScheduleKind::HalideCpu, isa_of(target));
+    if (!schedule_overrides.empty()) apply_schedule_overrides(impl_->record, schedule_overrides);
+    impl_->lowered = lower_to_halide(impl_->spec, plan, impl_->record);
     impl_->target = target;
-    impl_->schedule = schedule_cpu(impl_->lowered, impl_->spec, target, schedule);
+    impl_->schedule = schedule_cpu(impl_->lowered, impl_->spec, plan, impl_->record);
     impl_->pipeline = impl_->lowered.pipeline();
     impl_->pipeline.compile_jit(target);
 }
@@ -53,7 +61,10 @@ void JitKernel::build(const NormSpec &spec, DType dtype, const Target &target, c
 JitKernel::~JitKernel() = default;
 const NormSpec &JitKernel::spec() const { return impl_->spec; }
 const KernelTypes &JitKernel::types() const { return impl_->types; }
-const std::string &JitKernel::schedule_description() const { return impl_->schedule; }
+StorageMap JitKernel::storage() const { return StorageMap(impl_->types.storage.begin(), impl_->types.storage.end()); }
+std::string JitKernel::schedule_record() const { return impl_->record.to_json().dump(); }
+std::string JitKernel::schedule_text() const { return impl_->schedule; }
+const ScheduleRecord &JitKernel::schedule() const { return impl_->record; }
 
 namespace {
 

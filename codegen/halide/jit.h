@@ -4,6 +4,7 @@
 
 #include "codegen/halide/lower.h"
 #include "codegen/halide/schedule.h"
+#include "codegen/tool/compiled_kernel.h"
 #include "runtime/reference/interpreter.h"
 
 #include <memory>
@@ -14,21 +15,29 @@ namespace normgen::hl {
 // target string. Never embeds a runtime twice: callers add no_runtime for AOT libraries themselves.
 Halide::Target parse_target(const std::string &name);
 
-class JitKernel {
+// The instruction set a CPU target compiles for: Avx512 when it has Halide's AVX512 feature.
+Isa isa_of(const Halide::Target &t);
+
+class JitKernel : public CompiledKernel {
 public:
-    // `spec` consts may be overridden (they are baked into the code); compiled once, run many times.
-    JitKernel(const NormSpec &spec, DType dtype, const Halide::Target &target, const CpuSchedule &schedule,
-              bool with_optional, const Overrides &const_overrides = {});
-    ~JitKernel();
+    // The plan's default schedule for the target, with `schedule_overrides` applied ('knob=value,...'
+    // or a JSON file; see schedule_record.h). `spec` consts may be overridden (they are baked into
+    // the code); compiled once, run many times.
+    JitKernel(const NormSpec &spec, DType dtype, const Halide::Target &target, Variant variant,
+              const std::string &schedule_overrides = "", const Overrides &const_overrides = {});
+    ~JitKernel() override;
     // Inputs in float64 are rounded to the kernel's storage types; outputs are poisoned (NaN) before
     // the run and returned as float64. Axis overrides (e.g. g) apply here.
-    TensorMap run(const TensorMap &inputs, const Overrides &axis_overrides = {}) const;
+    TensorMap run(const TensorMap &inputs, const Overrides &axis_overrides = {}) const override;
+    StorageMap storage() const override;
+    std::string schedule_record() const override;
+    std::string schedule_text() const override;
     const NormSpec &spec() const;
     const KernelTypes &types() const;
-    const std::string &schedule_description() const;
+    const ScheduleRecord &schedule() const;
 
 private:
-    void build(const NormSpec &spec, DType dtype, const Halide::Target &target, const CpuSchedule &schedule, bool with_optional,
+    void build(const NormSpec &spec, DType dtype, const Halide::Target &target, Variant variant, const std::string &schedule_overrides,
                const Overrides &const_overrides);
     struct Impl;
     std::unique_ptr<Impl> impl_;

@@ -8,16 +8,6 @@ namespace normgen::hl {
 
 using namespace Halide;
 
-namespace {
-
-// Welford's update is serial; to vectorize it, each reduction runs kWelfordLanes interleaved
-// Welford accumulators (element i goes to lane i mod L) and combines them with Chan et al.'s
-// pairwise formula. 16 = one AVX-512 vector of f32.
-constexpr int kWelfordLanes = 16;
-constexpr int kWelfordBlock = 64;  // serial Welford steps per lane before a pairwise merge
-
-}  // namespace
-
 // ---- Vectorizable f32 transcendentals -----------------------------------------------------------
 // Halide lowers exp/tanh of f32 to scalar libm calls (one call per element: DyT ran at 0.7 GB/s).
 // These are plain arithmetic, so they vectorize with the rest of the map; accuracy ~1e-7 relative
@@ -58,16 +48,18 @@ namespace {
 
 class Lowerer {
 public:
-    Lowerer(const NormSpec &spec, const KernelTypes &types) : spec_(spec), types_(types) {
+    Lowerer(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule)
+        : spec_(spec), types_(plan.types), plan_(plan), welford_lanes_((int)schedule.get("welford_lanes")),
+          welford_block_((int)schedule.get("welford_block")) {
         p_.acc = spec.accumulate == DType::F64 ? Float(64) : Float(32);
     }
 
-    LoweredPipeline run(bool with_optional) {
+    LoweredPipeline run() {
         declare_axes_and_inputs();
         for (size_t i = 0; i < spec_.values.size(); ++i) define_value((int)i);
-        for (size_t i = 0; i < spec_.outputs.size(); ++i) {
+        for (const PlanArg *out : plan_.outputs()) {
+            const size_t i = (size_t)out->output;
             const OutputInfo &o = spec_.outputs[i];
-            if (o.optional && !with_optional) continue;
             Func f(o.name);
             std::vector<Var> args;
             std::vector<AxisId> atoms = spec_.memory_atoms(o.dims);
@@ -85,6 +77,12 @@ private:
     using Env = std::map<AxisId, Expr>;
     const NormSpec &spec_;
     const KernelTypes &types_;
+    const KernelPlan &plan_;
+    // Welford's update is serial; to vectorize it, each reduction runs welford_lanes_ interleaved
+    // Welford accumulators (element i goes to lane i mod L) and combines them with Chan et al.'s
+    // pairwise formula, after at most welford_block_ serial steps per lane (schedule knobs: they
+    // reorder the merges, not the algorithm).
+    const int welford_lanes_, welford_block_;
     LoweredPipeline p_;
     std::unordered_map<const Node *, Func> reduce_funcs_;
 
@@ -348,7 +346,7 @@ private:
     // coordinates per lane (vectorized), then over the L lanes.
     Func welford(const Node &n, const std::string &base, const std::vector<Var> &pv,
                  const std::function<Expr(const Env &)> &operand, ReductionFuncs &rf) {
-        const int L = kWelfordLanes, B = kWelfordBlock;
+        const int L = welford_lanes_, B = welford_block_;
         AxisId inner = n.over.back();  // the innermost reduced axis (highest id)
         Expr e0 = p_.extent[inner];
         Expr nblocks = (e0 + (L * B - 1)) / (L * B);
@@ -438,8 +436,8 @@ std::vector<Argument> LoweredPipeline::arguments() const {
     return args;
 }
 
-LoweredPipeline lower_to_halide(const NormSpec &spec, const KernelTypes &types, bool with_optional) {
-    return Lowerer(spec, types).run(with_optional);
+LoweredPipeline lower_to_halide(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule) {
+    return Lowerer(spec, plan, schedule).run();
 }
 
 }  // namespace normgen::hl

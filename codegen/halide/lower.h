@@ -10,6 +10,7 @@
 #pragma once
 
 #include "codegen/common/kernel_plan.h"
+#include "codegen/common/schedule_record.h"
 #include "dsl/norm_spec.h"
 
 #include <Halide.h>
@@ -55,8 +56,9 @@ struct LoweredPipeline {
     Halide::Pipeline pipeline() const { return Halide::Pipeline(outputs); }
 };
 
-// `with_optional`: include the optional outputs (saved statistics) as kernel outputs.
-LoweredPipeline lower_to_halide(const NormSpec &spec, const KernelTypes &types, bool with_optional);
+// The plan's kernel: its storage types and its outputs (the variant's). The schedule record gives
+// the algorithm's free parameters that only reorder sums (Welford's lanes and block length).
+LoweredPipeline lower_to_halide(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule);
 
 // Vectorizable f32 e^x and tanh(x) in plain arithmetic (Halide calls libm per element for its own
 // exp/tanh of f32): ~1e-7 relative, NaN and infinities as libm. Used for f32 accumulation.

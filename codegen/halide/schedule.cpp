@@ -1,5 +1,7 @@
 #include "codegen/halide/schedule.h"
 
+#include "runtime/errors.h"
+
 #include <algorithm>
 #include <functional>
 #include <set>
@@ -10,19 +12,6 @@ namespace normgen::hl {
 using namespace Halide;
 
 namespace {
-
-// The memory order (outermost first) of the atomic axes of the kernel's main output.
-std::vector<AxisId> main_order(const NormSpec &spec, const LoweredPipeline &p, size_t main) {
-    return spec.memory_atoms(spec.outputs[p.output_index[main]].dims);
-}
-
-bool depends_on_reduction(const Node &n, const NormSpec &spec) {
-    if (n.kind == Node::Reduce) return true;
-    if (n.kind == Node::Value) return depends_on_reduction(*spec.values[n.index].expr, spec);
-    for (const auto &a : n.args)
-        if (depends_on_reduction(*a, spec)) return true;
-    return false;
-}
 
 // Is value `v` read (directly) by the operand of some reduction?
 bool read_by_reduction(const NormSpec &spec, int v) {
@@ -55,20 +44,18 @@ bool is_lane_func(const ReductionFuncs &rf, const Func &f) {
     return std::find(rf.lane_funcs.begin(), rf.lane_funcs.end(), f.name()) != rf.lane_funcs.end();
 }
 
-// Summation blocks: each vector lane adds at most this many vectors before its partial sum moves
-// to the next level, so f32 rounding error grows like sqrt(kBlock) + sqrt(n / kBlock / lanes)
-// instead of sqrt(n / lanes). (Measured with one level: BatchNorm over 3 x 3 x 262144 f32 had its
-// rstd off by 1.4e-5 relative, past the verifier's 1e-5.)
-constexpr int kBlock = 64;
-
-// Sums along rv[0] (contiguous) in vectors and blocks of kBlock vectors, rfactored: intm(lanes,
+// Summation blocks (the record's sum_block): each vector lane adds at most that many vectors
+// before its partial sum moves to the next level, so f32 rounding error grows like sqrt(block) +
+// sqrt(n / block / lanes) instead of sqrt(n / lanes). (Measured with one level: BatchNorm over
+// 3 x 3 x 262144 f32 had its rstd off by 1.4e-5 relative, past the verifier's 1e-5.)
+// Sums along rv[0] (contiguous) in vectors and blocks of `block` vectors, rfactored: intm(lanes,
 // block, the other RVars) sums one block per lane; then one level per remaining dimension (blocks,
 // then each outer RVar), vectorized over the lanes, so no serial chain of partial sums is long;
 // the last step adds the lanes. Intermediates are computed at `at`.
-void blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, const LoopLevel &at) {
+void blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, int block_vectors, const LoopLevel &at) {
     RVar ro("ro"), ri("ri"), rob("rob"), rib("rib");
     Var lanes("lanes"), block("block");
-    f.update().split(rv[0], ro, ri, vw, TailStrategy::GuardWithIf).split(ro, rob, rib, kBlock, TailStrategy::GuardWithIf);
+    f.update().split(rv[0], ro, ri, vw, TailStrategy::GuardWithIf).split(ro, rob, rib, block_vectors, TailStrategy::GuardWithIf);
     std::vector<std::pair<RVar, Var>> keep{{ri, lanes}, {rob, block}};
     for (size_t k = 1; k < rv.size(); ++k) keep.push_back({rv[k], Var("k" + std::to_string(k))});
     auto vectorized = [&](Func t, const Var &l) {
@@ -96,7 +83,7 @@ void blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, const LoopLeve
 //   - `inner` is a pure axis of the reduction: make it the innermost loop and vectorize it.
 // Intermediates are computed at `at`.
 void vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const LoweredPipeline &p, AxisId inner, int vw,
-                      const LoopLevel &at, AxisId next_outer = -1) {
+                      const CpuSchedule &s, const LoopLevel &at, AxisId next_outer = -1) {
     Func f = u.func;
     // The innermost reduced axis is contiguous, the axis just outside it in memory is one the
     // statistic keeps (GroupNorm NHWC: reduce (cg, h, w) of [n, h, w, (g, cg)] per (n, g)), and
@@ -131,7 +118,7 @@ void vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
             // can be long: 262144 channels a group broke the bf16 bound when added serially).
             std::vector<RVar> rest{RVar(u.rdom[0].name())};
             if (nr >= 3) rest.push_back(RVar(u.rdom[nr - 1].name()));
-            blocked_rfactor(f, rest, vw, at);
+            blocked_rfactor(f, rest, vw, s.sum_block, at);
             return;
         }
     }
@@ -140,15 +127,15 @@ void vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
         for (Func h : rf.helpers)
             if (is_lane_func(rf, h)) {
                 Var lane = h.args()[0];
-                h.vectorize(lane, std::min(vw, 16));
-                h.update().vectorize(lane, std::min(vw, 16));
+                h.vectorize(lane, std::min(vw, s.welford_lanes));
+                h.update().vectorize(lane, std::min(vw, s.welford_lanes));
             }
         return;
     }
     if (!u.rdom_axes.empty() && u.rdom_axes[0] == inner) {
         std::vector<RVar> rv;
         for (int k = 0; k < u.rdom.dimensions(); ++k) rv.push_back(RVar(u.rdom[k].name()));
-        blocked_rfactor(f, rv, vw, at);
+        blocked_rfactor(f, rv, vw, s.sum_block, at);
         return;
     }
     for (const Var &v : f.args())
@@ -161,80 +148,48 @@ void vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
         }
 }
 
-// Can the two innermost memory axes of the main output run as one contiguous loop? When every
-// tensor has both or neither, adjacent and in the same order, and no statistic varies along
-// them (so nothing is indexed by one without the other): BatchNorm's and GroupNorm NCHW's (h, w),
-// whose parameters and statistics are per channel or group. Fusing them vectorizes across a
-// 7 x 7 or 8 x 8 plane instead of along its 7- or 8-element rows.
-bool inner_pair_fusable(const NormSpec &spec, const LoweredPipeline &p, const std::vector<AxisId> &order) {
-    if (order.size() < 3) return false;
-    const AxisId a1 = order.back(), a2 = order[order.size() - 2];
-    auto ok = [&](const std::vector<AxisId> &atoms) {
-        auto i1 = std::find(atoms.begin(), atoms.end(), a1), i2 = std::find(atoms.begin(), atoms.end(), a2);
-        if (i1 == atoms.end() && i2 == atoms.end()) return true;
-        return i1 != atoms.end() && i2 != atoms.end() && i1 == i2 + 1;
-    };
-    for (const TensorInfo &t : spec.tensors)
-        if (!ok(spec.memory_atoms(t.dims))) return false;
-    for (const OutputInfo &o : spec.outputs)
-        if (!ok(spec.memory_atoms(o.dims))) return false;
-    for (const ReductionFuncs &r : p.reductions)
-        for (AxisId a : r.node->axes)
-            if (a == a1 || a == a2) return false;
-    return true;
-}
-
 }  // namespace
 
-std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const Target &target, const CpuSchedule &s) {
-    const int vw = s.vector_width > 0 ? s.vector_width : std::max(4, target.natural_vector_size(Float(32)));
+CpuSchedule CpuSchedule::from(const ScheduleRecord &r) {
+    NORMGEN_ASSERT(r.kind() == ScheduleKind::HalideCpu, std::string("the Halide CPU schedule got a ") + schedule_kind_name(r.kind()) + " record");
+    CpuSchedule s;
+    s.vector_width = (int)r.get("vector_width");
+    s.row_accumulators = (int)r.get("row_accumulators");
+    s.sum_block = (int)r.get("sum_block");
+    s.welford_lanes = (int)r.get("welford_lanes");
+    s.welford_block = (int)r.get("welford_block");
+    s.min_task_elements = (int)r.get("min_task_elements");
+    s.row_in_cache = r.flag("row_in_cache");
+    s.fuse_inner_pair = r.flag("fuse_inner_pair");
+    return s;
+}
+
+std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &record) {
+    const CpuSchedule s = CpuSchedule::from(record);
+    const int vw = s.vector_width;
     std::ostringstream desc;
 
-    // The main output: the one with the most axes (y).
+    // The main output (y) and its loop nest, and the layout class, from the plan.
     size_t main = 0;
     for (size_t i = 0; i < p.outputs.size(); ++i)
-        if (p.outputs[i].dimensions() > p.outputs[main].dimensions()) main = i;
-    std::vector<AxisId> order = main_order(spec, p, main);
+        if (p.output_index[i] == plan.main_output) main = i;
+    const std::vector<AxisId> &order = plan.main_order;
     AxisId inner = order.back();
-
-    // Which reductions sit on a trailing block of the main output's memory order?
-    AxisSet reduced;
-    for (const ReductionFuncs &r : p.reductions) reduced.insert(reduced.end(), r.node->over.begin(), r.node->over.end());
-    std::sort(reduced.begin(), reduced.end());
-    reduced.erase(std::unique(reduced.begin(), reduced.end()), reduced.end());
-    size_t first_reduced = order.size();
-    for (size_t i = 0; i < order.size(); ++i)
-        if (std::binary_search(reduced.begin(), reduced.end(), order[i])) { first_reduced = i; break; }
-    bool trailing = !reduced.empty();
-    for (size_t i = first_reduced; i < order.size() && trailing; ++i)
-        trailing = std::binary_search(reduced.begin(), reduced.end(), order[i]);
-    for (AxisId a : reduced) trailing = trailing && std::find(order.begin(), order.end(), a) != order.end();
-    for (const ReductionFuncs &r : p.reductions)  // the statistics must be per row of the main output
-        for (AxisId a : r.node->axes)
-            trailing = trailing && std::find(order.begin(), order.begin() + first_reduced, a) != order.begin() + first_reduced;
-    // Other outputs that need the statistics but are not shaped like the main output would have to
-    // recompute them: use the root schedule then.
-    bool others_need_stats = false;
-    for (size_t i = 0; i < p.outputs.size(); ++i) {
-        if (i == main) continue;
-        const OutputInfo &o = spec.outputs[p.output_index[i]];
-        bool same_shape = o.dims == spec.outputs[p.output_index[main]].dims;
-        if (!same_shape && depends_on_reduction(*spec.values[o.value].expr, spec)) others_need_stats = true;
-    }
-    bool row = trailing && !others_need_stats && s.row_in_cache && first_reduced > 0;
+    const bool row = plan.layout == LayoutClass::Row && s.row_in_cache;
+    const size_t first_reduced = plan.layout == LayoutClass::Row ? plan.row_axes : 0;
 
     Func y = p.outputs[main];
     Var vi = p.vars[inner];
     std::vector<Func> same_shape;  // outputs that share y's loop nest
     for (size_t i = 0; i < p.outputs.size(); ++i)
-        if (i != main && spec.outputs[p.output_index[i]].dims == spec.outputs[p.output_index[main]].dims) same_shape.push_back(p.outputs[i]);
+        if (std::count(plan.same_shape.begin(), plan.same_shape.end(), p.output_index[i])) same_shape.push_back(p.outputs[i]);
 
     // A map whose two innermost axes always travel together (BatchNorm's (h, w), GroupNorm NCHW's)
     // runs them as one contiguous loop: vectorized across a 7 x 7 plane, not along its 7-element
     // rows (BatchNorm eval 32 x 2048 x 7 x 7: ~10 -> ~20 GB/s).
     // (Specialized on a non-empty plane, so Halide's x / 0 rule does not make the index a select.)
-    const bool fuse_pair = (p.reductions.empty() || !row || first_reduced + 2 < order.size()) && same_shape.empty() &&
-                           inner_pair_fusable(spec, p, order);
+    const bool fuse_pair = s.fuse_inner_pair && (p.reductions.empty() || !row || first_reduced + 2 < order.size()) && same_shape.empty() &&
+                           plan.inner_pair_fusable;
     Var vfused(spec.axes[inner].name + "_" + spec.axes[order.size() >= 2 ? order[order.size() - 2] : inner].name);
     auto map_inner = [&](Func f) -> Var {
         if (!fuse_pair) return vi;
@@ -281,13 +236,14 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const Target 
                 if (nrow > 0) f.compute_at(y, ri);
                 else f.compute_root();
             }
-            // Over one long contiguous axis (LayerNorm's d): four vectors of lanes per reduction,
-            // four independent add chains, so a row's sum is not bound by the latency of one
-            // (LayerNorm 16384 x 768 f32: 14.2 -> 17.1 GB/s in the lab, bench/README.md). Over
+            // Over one long contiguous axis (LayerNorm's d): row_accumulators vectors of lanes per
+            // reduction, as many independent add chains, so a row's sum is not bound by the latency
+            // of one (four: LayerNorm 16384 x 768 f32 14.2 -> 17.1 GB/s in the lab, bench/README.md). Over
             // several axes the innermost may be short (GroupNorm NCHW's w = 8..64): one vector
             // (64 lanes there took 8 x 640 x 32 x 32 from 15.6 to 6.7 GB/s).
             for (auto &u : rf.updates)
-                vectorize_update(rf, u, p, inner, u.rdom.dimensions() == 1 ? 4 * vw : vw, LoopLevel(u.func, Var::outermost()));
+                vectorize_update(rf, u, p, inner, u.rdom.dimensions() == 1 ? s.row_accumulators * vw : vw, s,
+                                 LoopLevel(u.func, Var::outermost()));
         }
         // A full-size value that both a reduction and the map read (DeepNorm's h = alpha * x + f,
         // the fused residual sum) is computed once per row and kept in cache: cheaper than computing
@@ -320,7 +276,7 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const Target 
             const AxisId next_outer = order.size() >= 2 ? order[order.size() - 2] : -1;
             for (auto &u : rf.updates) {
                 bool has_pure = u.associative && u.func.dimensions() > 0;
-                vectorize_update(rf, u, p, inner, vw, has_pure ? LoopLevel(u.func, u.func.args().back()) : LoopLevel(u.func, Var::outermost()),
+                vectorize_update(rf, u, p, inner, vw, s, has_pure ? LoopLevel(u.func, u.func.args().back()) : LoopLevel(u.func, Var::outermost()),
                                  next_outer);
             }
         }

@@ -8,6 +8,9 @@
 #include "runtime/mlir_abi.h"
 #include "runtime/storage.h"
 
+#include "llvm/Object/ArchiveWriter.h"
+#include "llvm/Support/Error.h"
+
 #include <array>
 #include <cstdio>
 #include <cstring>
@@ -24,63 +27,61 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string function_name(const NormSpec &spec, DType dtype, const std::string &tag, bool full) {
-    return spec.name + "__" + dtype_name(dtype) + "__" + tag + "__" + (full ? "full" : "core");
-}
-
-// Per split candidate (outermost first), the memref dim of each kernel argument along it, or -1.
+// Per split axis of the plan (outermost first), the memref dim of each kernel argument along it, or -1.
 struct Split {
     std::vector<AxisId> axes;
     std::vector<std::vector<int>> dims;
 };
 
-std::vector<std::vector<AxisId>> arg_atoms(const NormSpec &spec, bool full) {
-    std::vector<std::vector<AxisId>> r;
-    for (const TensorInfo &t : spec.tensors) r.push_back(spec.memory_atoms(t.dims));
-    for (const OutputInfo &o : spec.outputs)
-        if (!o.optional || full) r.push_back(spec.memory_atoms(o.dims));
-    return r;
-}
-
-Split split_of(const NormSpec &spec, bool full) {
+Split split_of(const KernelPlan &plan) {
     Split s;
-    auto atoms = arg_atoms(spec, full);
-    for (AxisId a : split_candidates(spec, full)) {
+    for (AxisId a : plan.split_axes) {
         s.axes.push_back(a);
         std::vector<int> row;
-        for (const auto &at : atoms) {
-            auto it = std::find(at.begin(), at.end(), a);
-            row.push_back(it == at.end() ? -1 : (int)(it - at.begin()));
+        for (const PlanArg &arg : plan.args) {
+            auto it = std::find(arg.atoms.begin(), arg.atoms.end(), a);
+            row.push_back(it == arg.atoms.end() ? -1 : (int)(it - arg.atoms.begin()));
         }
         s.dims.push_back(row);
     }
     return s;
 }
 
-void check_arg_count(const NormSpec &spec, bool full) {
-    size_t n = arg_atoms(spec, full).size();
+void check_arg_count(const NormSpec &spec, const KernelPlan &plan) {
+    size_t n = plan.args.size();
     if ((int)n > kMlirMaxArgs)
         throw UserError(spec.name + ": " + std::to_string(n) + " tensors; the MLIR CPU ABI takes at most " + std::to_string(kMlirMaxArgs));
 }
 
-class JitKernel : public VerifyKernel {
+ScheduleRecord cpu_record(const KernelPlan &plan, const std::string &overrides) {
+    ScheduleRecord r = choose_schedule(plan, ScheduleKind::MlirCpu, host_isa());
+    if (!overrides.empty()) apply_schedule_overrides(r, overrides);
+    return r;
+}
+
+class JitKernel : public CompiledKernel {
 public:
-    JitKernel(const NormSpec &spec, DType dtype) : spec_(spec), types_(kernel_types(spec, dtype)) {
-        check_arg_count(spec, true);
+    JitKernel(const NormSpec &spec, DType dtype, const std::string &schedule_overrides)
+        : spec_(spec), plan_(make_plan(spec, dtype, variants_of(spec).back())), types_(plan_.types),
+          record_(cpu_record(plan_, schedule_overrides)) {
+        check_arg_count(spec, plan_);
         ctx_ = make_context();
-        std::string fn = function_name(spec, dtype, "jit", true);
-        auto module = lower_cpu(*ctx_, spec_, types_, true, fn);
+        std::string fn = spec.name + "__jit";
+        auto module = lower_cpu(*ctx_, spec_, plan_, record_, fn);
         lower_cpu_to_llvm_dialect(*module);
         jit_ = std::make_unique<Jit>(*module, fn);
-        split_ = split_of(spec_, true);
+        split_ = split_of(plan_);
         for (const auto &row : split_.dims) flat_.insert(flat_.end(), row.begin(), row.end());
-        info_.nargs = (int)arg_atoms(spec_, true).size();
+        info_.nargs = (int)plan_.args.size();
         info_.ncandidates = (int)split_.dims.size();
         info_.split = flat_.empty() ? nullptr : flat_.data();
         info_.ciface = jit_->ciface();
+        info_.chunk_bytes = record_.get("chunk_bytes");
     }
 
     StorageMap storage() const override { return StorageMap(types_.storage.begin(), types_.storage.end()); }
+    std::string schedule_record() const override { return record_.to_json().dump(); }
+    std::string schedule_text() const override { return "mlir-cpu JIT: linalg -> loops -> LLVM O3 for the host (" + record_.text() + ")"; }
 
     TensorMap run(const TensorMap &inputs, const Overrides &axis_overrides) const override {
         AxisExtents ext = bind_axes(spec_, inputs, axis_overrides);
@@ -121,25 +122,15 @@ public:
 
 private:
     NormSpec spec_;
+    KernelPlan plan_;
     KernelTypes types_;
+    ScheduleRecord record_;
     std::unique_ptr<mlir::MLIRContext> ctx_;
     std::unique_ptr<Jit> jit_;
     Split split_;
     std::vector<int> flat_;
     MlirKernelInfo info_;
 };
-
-std::string axis_names(const NormSpec &spec, const std::vector<AxisId> &axes) {
-    std::string s;
-    for (AxisId a : axes) s += (s.empty() ? "" : ", ") + spec.axes[a].name;
-    return s;
-}
-
-json names(const NormSpec &spec, const std::vector<AxisId> &axes) {
-    json j = json::array();
-    for (AxisId a : axes) j.push_back(spec.axes[a].name);
-    return j;
-}
 
 // Runs a command, returning its exit status and combined output.
 int run_command(const std::string &cmd, std::string &output) {
@@ -175,58 +166,66 @@ json ptxas_stats(const std::string &log) {
     return j;
 }
 
-json base_entry(const NormSpec &spec, const AotRequest &req, const std::string &fn, DType dtype, bool full, const KernelTypes &types) {
-    json e;
-    e["function"] = fn;
-    e["layer"] = spec.name;
-    e["source"] = req.source;
-    e["norm"] = print_norm(spec);
-    e["dtype"] = dtype_name(dtype);
-    e["variant"] = full ? "full" : "core";
-    e["backend"] = "mlir";
-    e["args"] = manifest_args(spec, types, full);
-    return e;
-}
-
 }  // namespace
 
-std::unique_ptr<VerifyKernel> make_jit_kernel(const NormSpec &spec, DType dtype) { return std::make_unique<JitKernel>(spec, dtype); }
+std::unique_ptr<CompiledKernel> make_jit_kernel(const NormSpec &spec, DType dtype, const std::string &schedule_overrides) {
+    return std::make_unique<JitKernel>(spec, dtype, schedule_overrides);
+}
+
+// One static library of object files (GNU format, deterministic, with a symbol table).
+void write_archive(const std::vector<std::string> &objects, const std::string &path) {
+    std::vector<llvm::NewArchiveMember> members;
+    for (const std::string &o : objects) {
+        auto m = llvm::NewArchiveMember::getFile(o, /*Deterministic=*/true);
+        if (!m) throw std::runtime_error("cannot read " + o + " for " + path + ": " + llvm::toString(m.takeError()));
+        members.push_back(std::move(*m));
+    }
+    if (llvm::Error e = llvm::writeArchive(path, members, llvm::SymtabWritingMode::NormalSymtab, llvm::object::Archive::K_GNU,
+                                           /*Deterministic=*/true, /*Thin=*/false))
+        throw std::runtime_error("cannot write " + path + ": " + llvm::toString(std::move(e)));
+}
 
 json compile_kernels(const NormSpec &spec, const AotRequest &req) {
     fs::create_directories(req.out_dir);
     json entries = json::array();
-    const bool has_optional = has_optional_outputs(spec);
+    const std::string archive = req.archive.empty() ? spec.name + ".mlir.a" : req.archive;
+    std::vector<std::string> objects;
     for (DType dtype : req.dtypes) {
-        KernelTypes types = kernel_types(spec, dtype);
-        for (bool full : {false, true}) {
-            if (full && !has_optional) continue;
+        for (Variant variant : variants_of(spec)) {
+            KernelPlan plan = make_plan(spec, dtype, variant);
             if (req.cpu) {
-                check_arg_count(spec, full);
-                std::string isa = host_isa();
-                std::string fn = function_name(spec, dtype, "mlir_" + isa, full);
+                check_arg_count(spec, plan);
+                const Isa isa = host_isa();
+                ScheduleRecord record = cpu_record(plan, req.schedule_overrides);
+                std::string fn = kernel_function_name(spec.name, dtype, Backend::Mlir, isa, variant);
                 auto ctx = make_context();
-                auto module = lower_cpu(*ctx, spec, types, full, fn);
+                auto module = lower_cpu(*ctx, spec, plan, record, fn);
                 lower_cpu_to_llvm_dialect(*module);
                 emit_host_object(*module, (fs::path(req.out_dir) / (fn + ".o")).string());
-                Split split = split_of(spec, full);
-                json e = base_entry(spec, req, fn, dtype, full, types);
-                e["device"] = "cpu";
-                e["target"] = "mlir-cpu host";
-                e["isa"] = isa;
-                e["cpu_features"] = host_cpu_features();
-                e["schedule"] = "linalg.generic per reduction and map -> scf loops -> LLVM O3 for the host (loop vectorizer, "
-                                "reassociated sums); chunks along " +
-                                (split.axes.empty() ? std::string("nothing (one call)") : "the first long enough of [" + axis_names(spec, split.axes) + "]");
-                e["library"] = fn + ".o";
-                e["header"] = "";
-                e["split"] = {{"axes", names(spec, split.axes)}, {"dims", split.dims}};
+                objects.push_back((fs::path(req.out_dir) / (fn + ".o")).string());
+                Split split = split_of(plan);
+                KernelEntryInfo info;
+                info.backend = Backend::Mlir;
+                info.isa = isa;
+                info.source = req.source;
+                info.target = "mlir-cpu host";
+                info.cpu_features = host_cpu_features();
+                info.schedule = &record;
+                info.schedule_text = "linalg.generic per reduction and map -> scf loops -> LLVM O3 for the host (loop vectorizer, "
+                                     "reassociated sums); chunks along " +
+                                     (split.axes.empty() ? std::string("nothing (one call)") : "the first long enough of " + spec.axes_text(split.axes));
+                info.library = archive;
+                json e = manifest_entry(spec, plan, info);
+                e["split"] = {{"axes", axis_names_json(spec, split.axes)}, {"dims", split.dims}};
                 entries.push_back(e);
             }
             if (req.cuda) {
-                CudaPlan plan = plan_cuda(spec);
-                std::string fn = function_name(spec, dtype, "mlir_sm90", full);
+                ScheduleRecord record = choose_schedule(plan, ScheduleKind::MlirCuda, Isa::Sm90);
+                if (!req.cuda_schedule_overrides.empty()) apply_schedule_overrides(record, req.cuda_schedule_overrides);
+                CudaPlan cplan = cuda_plan(spec, plan, record);
+                std::string fn = kernel_function_name(spec.name, dtype, Backend::Mlir, Isa::Sm90, variant);
                 auto ctx = make_context();
-                auto module = lower_cuda(*ctx, spec, types, full, fn, plan);
+                auto module = lower_cuda(*ctx, spec, plan, cplan, fn);
                 std::string ptx = cuda_ptx(*module, req.cuda_root);
                 std::string ptx_path = (fs::path(req.out_dir) / (fn + ".ptx")).string();
                 std::string cubin_path = (fs::path(req.out_dir) / (fn + ".cubin")).string();
@@ -236,50 +235,52 @@ json compile_kernels(const NormSpec &spec, const AotRequest &req) {
                 int rc = run_command(shell_quote(ptxas) + " -arch=sm_90 -v " + shell_quote(ptx_path) + " -o " + shell_quote(cubin_path + ".tmp"), log);
                 if (rc != 0) throw std::runtime_error("ptxas rejected " + ptx_path + " (exit " + std::to_string(rc) + "):\n" + log);
                 fs::rename(cubin_path + ".tmp", cubin_path);
-                json e = base_entry(spec, req, fn, dtype, full, types);
-                e["device"] = "cuda";
-                e["target"] = "cuda sm_90 (PTX ISA 8.0)";
-                e["isa"] = "sm_90";
-                e["cpu_features"] = json::array();
-                e["schedule"] = "one block of " + std::to_string(plan.block_threads) + " threads per [" + axis_names(spec, plan.block_axes) +
-                                "]; per-thread partials + gpu.all_reduce";
-                e["library"] = fn + ".cubin";
-                e["header"] = "";
+                KernelEntryInfo info;
+                info.backend = Backend::Mlir;
+                info.isa = Isa::Sm90;
+                info.source = req.source;
+                info.target = "cuda sm_90 (PTX ISA 8.0)";
+                info.schedule = &record;
+                info.schedule_text = "one block of " + std::to_string(cplan.block_threads) + " threads per " + spec.axes_text(cplan.block_axes) +
+                                     "; per-thread partials + gpu.all_reduce";
+                info.library = fn + ".cubin";
+                json e = manifest_entry(spec, plan, info);
                 e["ptx"] = fn + ".ptx";
                 e["cubin"] = fn + ".cubin";
                 e["entry"] = fn;
-                e["block_threads"] = plan.block_threads;
-                e["grid_axes"] = names(spec, plan.block_axes);
-                e["extent_axes"] = names(spec, plan.extent_axes);
+                e["block_threads"] = cplan.block_threads;
+                e["grid_axes"] = axis_names_json(spec, cplan.block_axes);
+                e["extent_axes"] = axis_names_json(spec, cplan.extent_axes);
                 e["ptxas"] = ptxas_stats(log);
                 entries.push_back(e);
             }
         }
     }
+    if (req.cpu) write_archive(objects, (fs::path(req.out_dir) / archive).string());
     return entries;
 }
 
-void explain(const NormSpec &spec, DType dtype, const std::string &stage, const std::string &cuda_root, std::ostream &os) {
+void explain(const NormSpec &spec, DType dtype, const std::string &stage, const std::string &cuda_root, bool locations, std::ostream &os) {
     static const std::vector<std::string> cpu{"linalg", "loops", "llvm"}, gpu{"gpu", "nvvm", "ptx"};
     std::string want = stage == "vector" ? "loops" : stage;
     if (!want.empty() && std::find(cpu.begin(), cpu.end(), want) == cpu.end() && std::find(gpu.begin(), gpu.end(), want) == gpu.end())
         throw UserError("explain: unknown stage '" + stage + "' (linalg, loops, vector, llvm, gpu, nvvm, ptx)");
-    KernelTypes types = kernel_types(spec, dtype);
-    bool full = has_optional_outputs(spec);
-    auto print = [&](const std::string &s, const std::string &text) {
-        if (!want.empty() && s != want) return;
-        os << "// ---- stage: " << s << " (" << spec.name << ", " << dtype_name(dtype) << ") ----\n" << text << "\n";
-    };
+    KernelPlan plan = make_plan(spec, dtype, variants_of(spec).back());
+    StageSink print{[&](const std::string &s, const std::string &text) {
+                        if (!want.empty() && s != want) return;
+                        os << "// ---- stage: " << s << " (" << spec.name << ", " << dtype_name(dtype) << ") ----\n" << text << "\n";
+                    },
+                    locations};
     auto ctx = make_context();
     if (want.empty() || std::find(cpu.begin(), cpu.end(), want) != cpu.end()) {
-        std::string fn = function_name(spec, dtype, "mlir_" + host_isa(), full);
-        auto module = lower_cpu(*ctx, spec, types, full, fn);
+        std::string fn = kernel_function_name(spec.name, dtype, Backend::Mlir, host_isa(), plan.variant);
+        auto module = lower_cpu(*ctx, spec, plan, cpu_record(plan, ""), fn);
         lower_cpu_to_llvm_dialect(*module, print);
         if (want.empty() || want == "llvm") print("llvm", host_llvm_ir(*module));
         return;
     }
-    std::string fn = function_name(spec, dtype, "mlir_sm90", full);
-    auto module = lower_cuda(*ctx, spec, types, full, fn, plan_cuda(spec));
+    std::string fn = kernel_function_name(spec.name, dtype, Backend::Mlir, Isa::Sm90, plan.variant);
+    auto module = lower_cuda(*ctx, spec, plan, cuda_plan(spec, plan, choose_schedule(plan, ScheduleKind::MlirCuda, Isa::Sm90)), fn);
     cuda_ptx(*module, cuda_root, print);
 }
 

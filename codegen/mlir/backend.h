@@ -2,7 +2,7 @@
 // their manifest entries, and the stages `explain` prints.
 #pragma once
 
-#include "codegen/driver/verify_cmd.h"
+#include "codegen/tool/compiled_kernel.h"
 
 #include <nlohmann/json.hpp>
 
@@ -14,21 +14,27 @@ namespace normgen::mlirgen {
 
 // A kernel compiled through the CPU pipeline and JIT-run on the verifier's tensors (with its
 // optional outputs), called through the same chunked C ABI as the AOT kernels.
-std::unique_ptr<VerifyKernel> make_jit_kernel(const NormSpec &spec, DType dtype);
+// `schedule_overrides`: 'knob=value,...' or a JSON file for the mlir-cpu record ("" = defaults).
+std::unique_ptr<CompiledKernel> make_jit_kernel(const NormSpec &spec, DType dtype, const std::string &schedule_overrides = "");
 
 struct AotRequest {
     std::string source;       // the .norm path as recorded in the manifest
     std::vector<DType> dtypes;
     std::string out_dir;
+    std::string archive;      // the static library of the CPU objects, a file name in out_dir ("" = <layer>.mlir.a)
     bool cpu = true;          // mlir-cpu objects for this host
     bool cuda = false;        // mlir-cuda PTX + cubin (needs ptxas)
     std::string cuda_root;    // the CUDA toolkit (libdevice, ptxas)
+    std::string schedule_overrides;       // for every mlir-cpu record ("" = defaults)
+    std::string cuda_schedule_overrides;  // for every mlir-cuda record
 };
 
-// Writes the kernels into out_dir and returns their manifest entries.
+// Writes the kernels into out_dir (the CPU objects also into one archive, which their entries name
+// as "library") and returns their manifest entries.
 nlohmann::json compile_kernels(const NormSpec &spec, const AotRequest &req);
 
 // Prints the stages of the pipelines for one kernel (`stage` empty: every CPU stage).
-void explain(const NormSpec &spec, DType dtype, const std::string &stage, const std::string &cuda_root, std::ostream &os);
+// `locations`: each op's location (the DSL node's file:line:col) beside it.
+void explain(const NormSpec &spec, DType dtype, const std::string &stage, const std::string &cuda_root, bool locations, std::ostream &os);
 
 }  // namespace normgen::mlirgen

@@ -19,6 +19,7 @@
 #pragma once
 
 #include "codegen/common/kernel_plan.h"
+#include "codegen/common/schedule_record.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -32,22 +33,21 @@ namespace normgen::mlirgen {
 // A context with every dialect the lowering and the pipelines use, and the LLVM IR translations.
 std::unique_ptr<mlir::MLIRContext> make_context();
 
-mlir::OwningOpRef<mlir::ModuleOp> lower_cpu(mlir::MLIRContext &ctx, const NormSpec &spec, const KernelTypes &types, bool full,
-                                            const std::string &function);
+// The plan's kernel for the CPU; the record (ScheduleKind::MlirCpu) gives the block of the blocked
+// sums and whether trailing axes may be fused.
+mlir::OwningOpRef<mlir::ModuleOp> lower_cpu(mlir::MLIRContext &ctx, const NormSpec &spec, const KernelPlan &plan,
+                                            const ScheduleRecord &schedule, const std::string &function);
 
-// The CUDA plan: which axes index the blocks.
+// The CUDA launch geometry of a plan under a record (ScheduleKind::MlirCuda).
 struct CudaPlan {
     std::vector<AxisId> block_axes;  // ascending; the grid is their product (one dimension, x)
     std::vector<AxisId> extent_axes; // the atomic axes whose extents follow the memrefs, ascending
     int block_threads = 256;
 };
-CudaPlan plan_cuda(const NormSpec &spec);  // throws UserError (file:line:col) if the plan does not fit
+// Throws UserError (file:line:col, from the plan) when the CUDA lowering cannot take the plan.
+CudaPlan cuda_plan(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule);
 
-mlir::OwningOpRef<mlir::ModuleOp> lower_cuda(mlir::MLIRContext &ctx, const NormSpec &spec, const KernelTypes &types, bool full,
-                                             const std::string &function, const CudaPlan &plan);
-
-// The atomic axes no reduction of the (core or full) kernel reduces and every output has, outermost
-// first: where the CPU runtime may split the work (runtime/mlir_abi.h).
-std::vector<AxisId> split_candidates(const NormSpec &spec, bool full);
+mlir::OwningOpRef<mlir::ModuleOp> lower_cuda(mlir::MLIRContext &ctx, const NormSpec &spec, const KernelPlan &plan,
+                                             const CudaPlan &cuda, const std::string &function);
 
 }  // namespace normgen::mlirgen

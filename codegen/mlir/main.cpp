@@ -4,11 +4,14 @@
 //
 //   normgen-mlir verify FILE... [--dtype ...] [--quick] [--json] [--seed N] [--failures]
 //   normgen-mlir explain FILE [--backend mlir] [--stage linalg|loops|vector|llvm|gpu|nvvm|ptx] [--dtype T]
-//   normgen-mlir compile FILE --out DIR --fragment F.json [--dtype ...] [--source NAME] [--no-cpu] [--cuda]
+//   normgen-mlir compile FILE --out DIR (--fragment F.json | --manifest M.json --table T.cpp) [--archive NAME.a]
+//                        [--dtype ...] [--source NAME] [--schedule S] [--cuda-schedule S] [--no-cpu] [--cuda]
 //   (--cuda-root DIR: the CUDA toolkit for libdevice and ptxas; default: the one found at configure time)
 #include "codegen/common/manifest.h"
-#include "codegen/driver/options.h"
-#include "codegen/driver/verify_cmd.h"
+#include "codegen/tool/options.h"
+#include "codegen/tool/run_cmd.h"
+#include "codegen/tool/tool_main.h"
+#include "codegen/tool/verify_cmd.h"
 #include "codegen/mlir/backend.h"
 #include "dsl/checker.h"
 #include "runtime/errors.h"
@@ -30,14 +33,28 @@ usage:
   normgen-mlir verify FILE... [--dtype f32,bf16,f16|all] [--quick] [--json] [--seed N] [--failures]
         Lower each declaration through the CPU pipeline (linalg -> loops -> LLVM, this host),
         JIT it and check it against the float64 reference on the verifier's shape sweep.
-  normgen-mlir explain FILE [--stage linalg|loops|vector|llvm|gpu|nvvm|ptx] [--dtype f32|bf16|f16]
-        Print the stages of the pipelines (default: linalg, loops, llvm).
-  normgen-mlir compile FILE --out DIR --fragment F.json [--dtype LIST] [--source NAME] [--no-cpu] [--cuda]
-        Write the mlir-cpu objects (and with --cuda the sm_90 PTX and ptxas cubins) of every
-        storage type and their manifest entries (F.json).
+  normgen-mlir explain FILE [--stage linalg|loops|vector|llvm|gpu|nvvm|ptx] [--dtype f32|bf16|f16] [--locations]
+        Print the stages of the pipelines (default: linalg, loops, llvm); --locations: each op's
+        location, the file:line:col of the declaration's node it came from.
+  normgen-mlir compile FILE --out DIR (--fragment F.json | --manifest M.json --table T.cpp)
+                       [--archive NAME.a] [--dtype LIST] [--source NAME] [--schedule S]
+                       [--cuda-schedule S] [--no-cpu] [--cuda]
+        Write the mlir-cpu objects and their static library (NAME.a, default <layer>.mlir.a;
+        and with --cuda the sm_90 PTX and ptxas cubins) of every storage type, and their
+        manifest entries: as a fragment (F.json) or as a manifest with its kernel table.
+        --schedule / --cuda-schedule: knob=value,... or a JSON file, over the default
+        mlir-cpu / mlir-cuda schedule records.
+  normgen-mlir run FILE --in NAME=FILE.npy... --out DIR [--dtype T] [--set NAME=VALUE...] [--schedule S]
+        As `normgen run --backend mlir`: the mlir-cpu JIT kernel on .npy inputs.
+  normgen-mlir verify FILE... [--schedule S]
+        (as above; --schedule overrides the mlir-cpu record of every kernel)
 options:
   --cuda-root DIR   the CUDA toolkit (libdevice, ptxas)
 )";
+
+std::unique_ptr<CompiledKernel> mlir_factory(const NormSpec &spec, DType dtype, const std::string &, const std::string &schedule) {
+    return mlirgen::make_jit_kernel(spec, dtype, schedule);
+}
 
 std::string cuda_root_from(std::vector<std::string> &args) {
     std::string root = NORMGEN_CUDA_ROOT;
@@ -51,7 +68,7 @@ std::string cuda_root_from(std::vector<std::string> &args) {
 }
 
 int run(std::vector<std::string> args) {
-    if (args.empty()) throw Usage("give a command: verify, explain or compile");
+    if (args.empty()) throw Usage("give a command: verify, run, explain or compile");
     for (const std::string &a : args)
         if (a == "-h" || a == "--help") {
             std::cout << kUsage;
@@ -64,17 +81,26 @@ int run(std::vector<std::string> args) {
         if (std::find(args.begin(), args.end(), "--backend") == args.end()) args.insert(args.end(), {"--backend", "mlir"});
         VerifyArgs v = parse_verify_args(args);
         if (v.backend != "mlir") throw Usage("verify: normgen-mlir verifies --backend mlir (for halide: normgen verify)");
-        return cmd_verify(v, [](const NormSpec &spec, DType dtype, const std::string &) { return mlirgen::make_jit_kernel(spec, dtype); });
+        return cmd_verify(v, mlir_factory);
+    }
+    if (cmd == "run") {
+        RunArgs r = parse_run_args(args);
+        if (r.backend != "mlir" && r.backend != "reference") throw Usage("run: normgen-mlir runs --backend mlir (or reference)");
+        if (r.target != "host") throw Usage("run: the mlir backend runs target 'host' (mlir-cpu) here, not '" + r.target + "'");
+        KernelFactory make = mlir_factory;
+        return cmd_run(r, &make);
     }
     if (cmd == "explain") {
         std::string file, stage;
         DType dtype = DType::F32;
+        bool locations = false;
         for (size_t i = 0; i < args.size(); ++i) {
             auto value = [&]() -> std::string {
                 if (i + 1 >= args.size()) throw Usage(args[i] + " needs a value");
                 return args[++i];
             };
             if (args[i] == "--stage") stage = value();
+            else if (args[i] == "--locations") locations = true;
             else if (args[i] == "--dtype") {
                 std::vector<DType> d = parse_dtypes(value());
                 if (d.size() != 1) throw Usage("explain: give one --dtype");
@@ -87,34 +113,23 @@ int run(std::vector<std::string> args) {
         }
         if (file.empty()) throw Usage("explain: give a .norm file");
         NormSpec spec = load_norm_file(file);
-        mlirgen::explain(spec, dtype, stage, cuda_root, std::cout);
+        mlirgen::explain(spec, dtype, stage, cuda_root, locations, std::cout);
         return 0;
     }
     if (cmd == "compile") {
-        std::string file, out, fragment, source;
-        std::vector<DType> dtypes{DType::F32, DType::BF16, DType::F16};
-        bool cpu = true, cuda = false;
-        for (size_t i = 0; i < args.size(); ++i) {
-            auto value = [&]() -> std::string {
-                if (i + 1 >= args.size()) throw Usage(args[i] + " needs a value");
-                return args[++i];
-            };
-            const std::string &a = args[i];
-            if (a == "--out") out = value();
-            else if (a == "--fragment") fragment = value();
-            else if (a == "--source") source = value();
-            else if (a == "--dtype") dtypes = parse_dtypes(value());
-            else if (a == "--no-cpu") cpu = false;
-            else if (a == "--cuda") cuda = true;
-            else if (!a.empty() && a[0] == '-') throw Usage("compile: unknown option '" + a + "'");
-            else file = a;
-        }
-        if (file.empty() || out.empty() || fragment.empty()) throw Usage("compile FILE --out DIR --fragment F.json");
-        if (cuda && cuda_root.empty()) throw Usage("compile --cuda: no CUDA toolkit (give --cuda-root DIR)");
+        GenerateArgs g = parse_generate_args(args, {"--cuda-schedule", "--no-cpu", "--cuda"});
+        if (g.files.size() != 1 || g.out.empty() || (g.fragment.empty() && (g.manifest.empty() || g.table.empty())))
+            throw Usage("compile FILE --out DIR (--fragment F.json | --manifest M.json --table T.cpp)");
+        if (g.cuda && cuda_root.empty()) throw Usage("compile --cuda: no CUDA toolkit (give --cuda-root DIR)");
+        const std::string &file = g.files[0];
         NormSpec spec = load_norm_file(file);
-        mlirgen::AotRequest req{source.empty() ? file : source, dtypes, out, cpu, cuda, cuda_root};
+        mlirgen::AotRequest req{g.source.empty() ? file : g.source, g.dtypes, g.out, g.archive, g.cpu, g.cuda, cuda_root, g.schedule, g.cuda_schedule};
         nlohmann::json entries = mlirgen::compile_kernels(spec, req);
-        write_file_atomically(fragment, entries.dump(1) + "\n");
+        if (!g.fragment.empty()) write_file_atomically(g.fragment, entries.dump(1) + "\n");
+        if (!g.manifest.empty()) {
+            write_manifest(entries, g.manifest);
+            write_kernel_table(entries, g.table);
+        }
         std::cerr << "normgen-mlir: " << spec.name << ": " << entries.size() << " kernels\n";
         return 0;
     }
@@ -124,19 +139,5 @@ int run(std::vector<std::string> args) {
 }  // namespace
 
 int main(int argc, char **argv) {
-    try {
-        return run(std::vector<std::string>(argv + 1, argv + argc));
-    } catch (const Usage &e) {
-        std::cerr << "normgen-mlir: " << e.what() << "\n(see normgen-mlir --help)\n";
-        return 1;
-    } catch (const DiagnosticError &e) {
-        std::cerr << e.render();
-        return 1;
-    } catch (const UserError &e) {
-        std::cerr << "normgen-mlir: error: " << e.what() << "\n";
-        return 1;
-    } catch (const std::exception &e) {
-        std::cerr << "normgen-mlir: internal error: " << e.what() << "\n";
-        return 2;
-    }
+    return run_tool("normgen-mlir", argc, argv, [](const std::vector<std::string> &args) { return run(args); });
 }

@@ -116,17 +116,19 @@ void approximate_math(mlir::ModuleOp module, const Diagnostics &d) {
 
 }  // namespace
 
-std::string print_op(mlir::Operation *op) {
+std::string print_op(mlir::Operation *op, bool locations) {
     std::string s;
     llvm::raw_string_ostream os(s);
-    op->print(os);
+    mlir::OpPrintingFlags flags;
+    if (locations) flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/true);
+    op->print(os, flags);
     return s;
 }
 
 void lower_cpu_to_llvm_dialect(mlir::ModuleOp module, const StageSink &sink) {
     mlir::MLIRContext &ctx = *module->getContext();
     Diagnostics d(ctx);
-    if (sink) sink("linalg", print_op(module));
+    if (sink) sink("linalg", print_op(module, sink.locations));
     {
         mlir::PassManager pm(&ctx);
         pm.addNestedPass<mlir::func::FuncOp>(mlir::createConvertLinalgToLoopsPass());
@@ -135,7 +137,7 @@ void lower_cpu_to_llvm_dialect(mlir::ModuleOp module, const StageSink &sink) {
         run(pm, module, d, "linalg -> loops");
     }
     approximate_math(module, d);
-    if (sink) sink("loops", print_op(module));
+    if (sink) sink("loops", print_op(module, sink.locations));
     mlir::PassManager pm(&ctx);
     pm.addPass(mlir::createSCFToControlFlowPass());
     pm.addPass(mlir::memref::createExpandStridedMetadataPass());
@@ -180,11 +182,11 @@ void emit_host_object(mlir::ModuleOp module, const std::string &path) {
     if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + tmp + " to " + path);
 }
 
-std::string host_isa() {
+Isa host_isa() {
     llvm::StringMap<bool> f = llvm::sys::getHostCPUFeatures();
     for (const char *k : {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"})
-        if (!f.lookup(k)) return "avx2";
-    return "avx512";
+        if (!f.lookup(k)) return Isa::Avx2;
+    return Isa::Avx512;
 }
 
 std::vector<std::string> host_cpu_features() {
@@ -218,7 +220,7 @@ Jit::~Jit() = default;
 std::string cuda_ptx(mlir::ModuleOp module, const std::string &cuda_root, const StageSink &sink) {
     mlir::MLIRContext &ctx = *module->getContext();
     Diagnostics d(ctx);
-    if (sink) sink("gpu", print_op(module));
+    if (sink) sink("gpu", print_op(module, sink.locations));
     mlir::PassManager pm(&ctx);
     mlir::GpuNVVMAttachTargetOptions target;
     target.chip = "sm_90";
@@ -232,7 +234,7 @@ std::string cuda_ptx(mlir::ModuleOp module, const std::string &cuda_root, const 
     gm.addPass(mlir::createConvertGpuOpsToNVVMOps());
     pm.addPass(mlir::createReconcileUnrealizedCastsPass());
     run(pm, module, d, "lowering to NVVM");
-    if (sink) sink("nvvm", print_op(module));
+    if (sink) sink("nvvm", print_op(module, sink.locations));
     mlir::PassManager bin(&ctx);
     mlir::GpuModuleToBinaryPassOptions o;
     o.toolkitPath = cuda_root;

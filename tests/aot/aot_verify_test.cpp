@@ -103,8 +103,8 @@ TEST_CASE("Halide and MLIR kernels of every catalog layer agree with each other 
     size_t pairs = 0;
     for (const std::string &layer : layers) {
         for (DType dtype : {DType::F32, DType::BF16, DType::F16}) {
-            const Registry::Kernel *h = registry().select(layer, dtype, true, "", "halide");
-            const Registry::Kernel *m = registry().select(layer, dtype, true, "", "mlir");
+            const Registry::Kernel *h = registry().select(layer, dtype, true, std::nullopt, Backend::Halide);
+            const Registry::Kernel *m = registry().select(layer, dtype, true, std::nullopt, Backend::Mlir);
             if (!h) continue;
             INFO(layer << " " << dtype_name(dtype));
             REQUIRE(m);

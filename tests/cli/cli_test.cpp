@@ -130,7 +130,7 @@ TEST_CASE("run refuses bad calls, names the tensor, and writes nothing", "[cli]"
         {"--in x=" + x + " --in weight=" + w + " --in bias=" + b + " --in z=" + x, "has no input or parameter named 'z'"},
         {"--in x=" + x + " --in weight=" + w + " --in bias=" + b + " --set q=1", "--set q: 'layer_norm' has no constant or axis named 'q'"},
         {"--in x=no/such.npy --in weight=" + w + " --in bias=" + b, "no/such.npy: cannot open file"},
-        {"--in x=" + x + " --in weight=" + w + " --in bias=" + b + " --backend cuda", "backend 'cuda' is not available"},
+        {"--in x=" + x + " --in weight=" + w + " --in bias=" + b + " --backend cuda", "unknown backend 'cuda' (available: reference, halide, mlir)"},
         {"--in x=" + ln + " --in weight=" + w + " --in bias=" + b, "not a NumPy .npy file"},
     };
     for (const Bad &c : bad) {
@@ -144,7 +144,7 @@ TEST_CASE("run refuses bad calls, names the tensor, and writes nothing", "[cli]"
     }
 }
 
-TEST_CASE("run --backend halide reproduces golden cases in f32 and bf16", "[cli][golden][halide]") {
+TEST_CASE("run --backend halide and mlir reproduce golden cases in f32 and bf16", "[cli][golden][halide][mlir]") {
     struct Case {
         std::string layer, golden, ins, sets;
         const char *dtype;
@@ -160,10 +160,11 @@ TEST_CASE("run --backend halide reproduces golden cases in f32 and bf16", "[cli]
         {"layer_norm_eps_outside_root", "layer_norm_eps_outside_root", "x weight bias", "--set eps=0.01", "f32", 1e-5},
         {"rms_norm_gemma", "rms_norm_gemma_bf16_inputs", "x weight", "", "bf16", 1.0 / 64},
     };
-    for (const Case &c : cases) {
-        SECTION(c.golden + " " + c.dtype) {
-            fs::path out = fresh_dir("halide");
-            std::string args = "run " + src("dsl/catalog/" + c.layer + ".norm") + " --backend halide --dtype " + c.dtype + " " + c.sets;
+    for (const Case &c : cases)
+    for (const char *backend : {"halide", "mlir"}) {
+        SECTION(c.golden + " " + c.dtype + " " + backend) {
+            fs::path out = fresh_dir(backend);
+            std::string args = "run " + src("dsl/catalog/" + c.layer + ".norm") + " --backend " + backend + " --dtype " + c.dtype + " " + c.sets;
             std::istringstream names(c.ins);
             for (std::string n; names >> n;) args += " --in " + n + "=" + g + c.golden + "/" + n + ".npy";
             Result r = normgen_cli(args + " --out " + out.string());

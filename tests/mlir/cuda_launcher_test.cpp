@@ -54,14 +54,14 @@ TEST_CASE("the default driver either opens a device or says why not", "[cuda]") 
 
 TEST_CASE("every catalog layer has sm_90 kernels for every storage type, assembled without spills", "[cuda]") {
     Registry reg = Registry::load(default_manifest_path(), kKernelTable, kKernelTableSize);
-    std::string dir = std::filesystem::path(default_manifest_path()).parent_path().string() + "/kernels";
+    std::string dir = std::filesystem::path(default_manifest_path()).parent_path().string();  // files are relative to the manifest
     std::map<std::string, std::set<std::string>> dtypes;
     std::set<std::string> layers;
     for (const Registry::Kernel *k : reg.kernels()) {
         layers.insert(k->layer);
-        if (k->device != "cuda") continue;
+        if (k->device != Device::Cuda) continue;
         INFO(k->function);
-        CHECK(k->backend == "mlir");
+        CHECK(k->backend == Backend::Mlir);
         CHECK(std::filesystem::exists(dir + "/" + k->cuda.image));
         CHECK(std::filesystem::exists(dir + "/" + k->cuda.ptx));
         CHECK(k->cuda.registers > 0);
@@ -83,8 +83,8 @@ TEST_CASE("every catalog layer has sm_90 kernels for every storage type, assembl
 TEST_CASE("a CUDA kernel is never selected for the CPU", "[cuda]") {
     Registry reg = Registry::load(default_manifest_path(), kKernelTable, kKernelTableSize);
     for (const Registry::Kernel *k : reg.kernels()) {
-        if (k->device != "cuda") continue;
-        const Registry::Kernel *s = reg.select(k->layer, k->dtype, k->full(), "", "mlir");
-        if (s) CHECK(s->device == "cpu");
+        if (k->device != Device::Cuda) continue;
+        const Registry::Kernel *s = reg.select(k->layer, k->dtype, k->full(), std::nullopt, Backend::Mlir);
+        if (s) CHECK(s->device == Device::Cpu);
     }
 }

@@ -143,7 +143,7 @@ json entry(const std::string &layer, DType want, const std::string &isa, bool fu
     e["isa"] = isa;
     e["cpu_features"] = features.empty() ? (isa == "avx512" ? kAvx512 : kAvx2) : features;
     e["variant"] = full ? "full" : "core";
-    e["schedule"] = "test";
+    e["schedule_text"] = "test";
     e["library"] = fn + ".a";
     e["header"] = fn + ".h";
     auto arg = [&](const std::string &name, const char *role, const std::vector<AxisId> &dims, bool optional,
@@ -281,8 +281,8 @@ TEST_CASE("the manifest loads, binds each kernel to its entry point and parses e
     const Registry::Kernel &k = kernel("layer_norm__f32__avx2__core");
     CHECK(k.layer == "layer_norm");
     CHECK(k.dtype == DType::F32);
-    CHECK(k.isa == "avx2");
-    CHECK(k.variant == "core");
+    CHECK(k.isa == Isa::Avx2);
+    CHECK(k.variant == Variant::Core);
     CHECK_FALSE(k.full());
     CHECK(k.argv == &fake_argv<0>);
     REQUIRE(k.args.size() == 4);
@@ -332,6 +332,24 @@ TEST_CASE("a manifest that cannot be used is a UserError naming the file", "[reg
         m["kernels"][0]["dtype"] = "f8";
         fails_with(m.dump(), "unknown storage type 'f8'");
     }
+    SECTION("an unknown isa, backend, variant; a schedule that is not a record") {
+        json m = manifest({entry("layer_norm", DType::F32, "avx2", false)});
+        json bad = m;
+        bad["kernels"][0]["isa"] = "sse2";
+        fails_with(bad.dump(), "isa 'sse2' (expected avx2, avx512 or sm_90)");
+        bad = m;
+        bad["kernels"][0]["backend"] = "triton";
+        fails_with(bad.dump(), "backend 'triton' (expected halide or mlir)");
+        bad = m;
+        bad["kernels"][0]["variant"] = "half";
+        fails_with(bad.dump(), "variant 'half' (expected core or full)");
+        bad = m;
+        bad["kernels"][0]["device"] = "cuda";
+        fails_with(bad.dump(), "isa 'avx2' is not an isa of device 'cuda'");
+        bad = m;
+        bad["kernels"][0]["schedule"] = "row schedule";
+        fails_with(bad.dump(), "field 'schedule' is not a schedule record");
+    }
     SECTION("a function the program was not linked with") {
         json m = manifest({entry("layer_norm", DType::F32, "avx2", false)});
         m["kernels"][0]["function"] = "layer_norm__f32__avx2__zzz";
@@ -370,36 +388,35 @@ TEST_CASE("a manifest that cannot be used is a UserError naming the file", "[reg
 
 TEST_CASE("select picks the widest ISA this CPU runs, core unless optional outputs are needed", "[registry]") {
     const Registry &reg = standard();
-    const std::string here = cpu_isa();
-    INFO("cpu_isa() = '" << here << "'");
+    const std::optional<Isa> here = cpu_isa();
+    INFO("cpu_isa() = '" << cpu_isa_name() << "'");
 
     const Registry::Kernel *k = reg.select("layer_norm", DType::F32, false);
-    if (here.empty()) {
+    if (!here) {
         CHECK(k == nullptr);
     } else {
         REQUIRE(k);
-        CHECK(k->isa == here);
-        CHECK(k->variant == "core");
+        CHECK(k->isa == *here);
+        CHECK(k->variant == Variant::Core);
         CHECK(k->runs_here());
     }
-    if (here == "avx512") CHECK(reg.select("layer_norm", DType::BF16, false)->function == "layer_norm__bf16__avx512__core");
+    if (here == Isa::Avx512) CHECK(reg.select("layer_norm", DType::BF16, false)->function == "layer_norm__bf16__avx512__core");
 
     // Asked for avx2, avx2 it is.
-    if (!here.empty()) {
-        const Registry::Kernel *a = reg.select("layer_norm", DType::F32, false, "avx2");
+    if (here) {
+        const Registry::Kernel *a = reg.select("layer_norm", DType::F32, false, Isa::Avx2);
         REQUIRE(a);
         CHECK(a->function == "layer_norm__f32__avx2__core");
-        const Registry::Kernel *f = reg.select("layer_norm", DType::F32, true, "avx2");
+        const Registry::Kernel *f = reg.select("layer_norm", DType::F32, true, Isa::Avx2);
         REQUIRE(f);
         CHECK(f->function == "layer_norm__f32__avx2__full");
-        CHECK(reg.select("layer_norm", DType::F16, false, "avx2")->function == "layer_norm__f16__avx2__core");
+        CHECK(reg.select("layer_norm", DType::F16, false, Isa::Avx2)->function == "layer_norm__f16__avx2__core");
         // A layer without optional outputs has only a core kernel, which writes everything.
         CHECK(reg.select("dyt", DType::F32, true)->function == "dyt__f32__avx2__core");
     }
     CHECK(reg.select("no_such_layer", DType::F32, false) == nullptr);
-    CHECK(reg.select("layer_norm", DType::F16, false, "avx512") == nullptr);  // none generated
+    CHECK(reg.select("layer_norm", DType::F16, false, Isa::Avx512) == nullptr);  // none generated
     CHECK(reg.select("layer_norm", DType::F16, true) == nullptr);             // no f16 full kernel
-    CHECK(reg.select("layer_norm", DType::F32, false, "sse2") == nullptr);
 }
 
 TEST_CASE("select skips kernels needing a CPU feature this machine lacks", "[registry]") {
@@ -412,16 +429,17 @@ TEST_CASE("select skips kernels needing a CPU feature this machine lacks", "[reg
     CHECK_FALSE(cpu_supports("no_such_feature"));
     if (cpu_supports("avx2")) {
         REQUIRE(reg.select("rms_norm", DType::F32, false));
-        CHECK(reg.select("rms_norm", DType::F32, false)->isa == "avx2");
+        CHECK(reg.select("rms_norm", DType::F32, false)->isa == Isa::Avx2);
     }
-    CHECK(reg.select("rms_norm", DType::F32, false, "avx512") == nullptr);
+    CHECK(reg.select("rms_norm", DType::F32, false, Isa::Avx512) == nullptr);
 }
 
 TEST_CASE("cpu features and the default manifest path", "[registry]") {
     CHECK(cpu_supports("sse2"));  // every x86-64
-    std::string isa = cpu_isa();
-    CHECK((isa == "avx512" || isa == "avx2" || isa.empty()));
-    if (isa == "avx512") CHECK(cpu_supports("avx512f"));
+    std::optional<Isa> isa = cpu_isa();
+    CHECK((isa == Isa::Avx512 || isa == Isa::Avx2 || !isa));
+    CHECK(cpu_isa_name() == (isa ? isa_name(*isa) : "none"));
+    if (isa == Isa::Avx512) CHECK(cpu_supports("avx512f"));
 
     const char *old = std::getenv("NORMGEN_MANIFEST");
     std::string saved = old ? old : "";

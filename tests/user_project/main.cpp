@@ -19,6 +19,7 @@
 #include "runtime/registry.h"
 #include "runtime/run.h"
 #include "runtime/storage.h"
+#include "runtime/verify.h"
 
 #include <algorithm>
 #include <cmath>
@@ -90,30 +91,14 @@ int run_one(const Registry::Kernel &k, const Shape &shape, uint64_t seed, bool c
             std::vector<uint8_t> b = encode({v + 0.125 * std::max(1.0, std::fabs(v))}, a.dtype);
             std::memcpy(out.bytes.data(), b.data(), b.size());
         }
-        HostTensor got = out.host();
-        const HostTensor &r = ref.at(a.name);
-        for (size_t i = 0; i < r.data.size(); ++i) {
-            double want = r.data[i], g = got.data[i];
-            double err, bound;
-            if (a.dtype == DType::F32) {
-                err = std::fabs(g - want);
-                bound = 1e-5 * std::fabs(want) + 1e-6;
-            } else {
-                err = std::fabs(g - round_to(want, a.dtype));
-                bound = 2 * ulp_of(want, a.dtype) + 1e-6;
-            }
-            if (!(err <= bound)) {  // NaN (an unwritten element) fails too
-                if (bad == 0 && first_problem.empty()) {
-                    char buf[256];
-                    std::snprintf(buf, sizeof buf, "%s[%zu] = %.9g, reference %.9g (rows=%lld d=%lld)", a.name.c_str(), i, g,
-                                  want, (long long)shape.rows, (long long)shape.d);
-                    first_problem = buf;
-                }
-                ++bad;
-                worst = std::max(worst, std::isnan(err) ? INFINITY : err / bound);
-            } else {
-                worst = std::max(worst, err / bound);
-            }
+        // The spot-check bound of the kernel tests (runtime/verify.h): f32 1e-5 relative, bf16/f16
+        // a couple of ulps of the correctly rounded reference; NaN (an unwritten element) fails.
+        OutputCheck c = compare_output(a.name, out.host(), ref.at(a.name), a.dtype, spot_check_bound(spec));
+        worst = std::max(worst, c.max_err);
+        if (!c.pass) {
+            if (bad == 0 && first_problem.empty())
+                first_problem = mismatch_text(c) + " (rows=" + std::to_string(shape.rows) + " d=" + std::to_string(shape.d) + ")";
+            bad += (int)std::max<int64_t>(c.failed, 1);
         }
     }
     return bad;
@@ -130,7 +115,7 @@ int main() {
     try {
         Registry reg = Registry::load(default_manifest_path(), kKernelTable, kKernelTableSize);
         std::printf("manifest %s: %zu kernels (table: %zu), this CPU: %s, seed %llu%s\n", reg.path().c_str(),
-                    reg.kernels().size(), kKernelTableSize, cpu_isa().c_str(), (unsigned long long)seed,
+                    reg.kernels().size(), kKernelTableSize, cpu_isa_name().c_str(), (unsigned long long)seed,
                     corrupt ? " (NORMGEN_EXAMPLE_CORRUPT: outputs are perturbed)" : "");
         int failures = 0;
         if (reg.kernels().size() != kKernelTableSize) {
@@ -151,7 +136,7 @@ int main() {
                         ++failures;
                     } else if (k->isa != cpu_isa()) {
                         std::printf("FAIL select(%s, %s) chose %s, not this CPU's %s kernel\n", layer.c_str(), dtype_name(dtype),
-                                    k->function.c_str(), cpu_isa().c_str());
+                                    k->function.c_str(), cpu_isa_name().c_str());
                         ++failures;
                     } else {
                         selected.insert(k);

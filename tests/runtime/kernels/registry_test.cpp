@@ -91,26 +91,13 @@ struct Call {
     }
 };
 
-// Every output element against the reference: f32 within 1e-5 relative (an absolute floor of
-// 1e-5 for elements near zero), bf16/f16 within 2 ulps of the rounded reference; never NaN.
+// Every output element against the reference, with the spot-check bound (runtime/verify.h);
+// never NaN. A failure names the first mismatching elements.
 void check_outputs(Call &c) {
     for (const KernelArg &a : c.k.args) {
         if (a.role != KernelArg::Output || !c.store.count(a.name)) continue;
-        HostTensor got = c.store.at(a.name).host();
-        const HostTensor &ref = c.ref.at(a.name);
-        REQUIRE(got.data.size() == ref.data.size());
-        int bad = 0;
-        for (size_t i = 0; i < ref.data.size() && bad < 5; ++i) {
-            double r = ref.data[i], g = got.data[i];
-            double bound = a.dtype == DType::F32 ? 1e-5 * std::max(1.0, std::fabs(r))
-                                                 : 2 * ulp_allowance(*c.k.spec) * ulp_of(r, a.dtype) + 1e-5;
-            double err = a.dtype == DType::F32 ? std::fabs(g - r) : std::fabs(g - round_to(r, a.dtype));
-            if (!(err <= bound)) {
-                ++bad;
-                FAIL_CHECK(c.k.function << " output '" << a.name << "'[" << i << "] = " << g << ", reference " << r << " (seed "
-                                        << test_seed() << ")");
-            }
-        }
+        OutputCheck r = compare_output(a.name, c.store.at(a.name).host(), c.ref.at(a.name), a.dtype, spot_check_bound(*c.k.spec));
+        if (!r.pass) FAIL_CHECK(c.k.function << " output " << mismatch_text(r) << " (seed " << test_seed() << ")");
     }
 }
 
@@ -133,7 +120,7 @@ TEST_CASE("the build's manifest loads and every kernel in it is linked", "[kerne
     size_t host = 0;
     for (const Registry::Kernel *k : reg.kernels()) {
         CHECK(k->spec != nullptr);
-        if (k->device == "cuda") {  // listed for the CUDA launcher, never bound to the host table
+        if (k->device == Device::Cuda) {  // listed for the CUDA launcher, never bound to the host table
             CHECK(k->argv == nullptr);
             CHECK(!k->runs_here());
             continue;
@@ -149,26 +136,26 @@ TEST_CASE("select: avx2 kernels when asked for avx2, the CPU's best otherwise, n
     const Registry &reg = registry();
     std::set<std::string> layers;
     for (const Registry::Kernel *k : reg.kernels()) layers.insert(k->layer);
-    const std::string here = cpu_isa();
+    const std::optional<Isa> here = cpu_isa();
     for (const std::string &layer : layers) {
         INFO(layer);
-        const Registry::Kernel *a = reg.select(layer, DType::F32, false, "avx2");
+        const Registry::Kernel *a = reg.select(layer, DType::F32, false, Isa::Avx2);
         if (cpu_supports("avx2")) {
             REQUIRE(a);
-            CHECK(a->isa == "avx2");
-            CHECK(a->variant == "core");
+            CHECK(a->isa == Isa::Avx2);
+            CHECK(a->variant == Variant::Core);
         }
         const Registry::Kernel *best = reg.select(layer, DType::F32, false);
-        if (best && here == "avx512" && reg.select(layer, DType::F32, false, "avx512")) CHECK(best->isa == "avx512");
+        if (best && here == Isa::Avx512 && reg.select(layer, DType::F32, false, Isa::Avx512)) CHECK(best->isa == Isa::Avx512);
         const Registry::Kernel *full = reg.select(layer, DType::F32, true);
         if (full) {
             bool has_optional = false;
             for (const OutputInfo &o : full->spec->outputs) has_optional = has_optional || o.optional;
-            CHECK(full->variant == (has_optional ? "full" : "core"));
+            CHECK(full->variant == (has_optional ? Variant::Full : Variant::Core));
         }
     }
     CHECK(reg.select("no_such_layer", DType::F32, false) == nullptr);
-    CHECK(reg.select("no_such_layer", DType::F32, false, "avx2") == nullptr);
+    CHECK(reg.select("no_such_layer", DType::F32, false, Isa::Avx2) == nullptr);
 }
 
 TEST_CASE("layer_norm f32 core through run_kernel matches the float64 reference", "[kernels]") {
@@ -182,7 +169,7 @@ TEST_CASE("layer_norm f32 core through run_kernel matches the float64 reference"
         check_outputs(c);
     }
     // Every ISA this CPU runs, not only the best.
-    for (const char *isa : {"avx2", "avx512"}) {
+    for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
         const Registry::Kernel *ki = registry().select("layer_norm", DType::F32, false, isa);
         if (!ki) continue;
         Call c(*ki, {{"rows", 4}, {"d", 33}}, 7);

@@ -1,5 +1,6 @@
-#include "codegen/driver/options.h"
+#include "codegen/tool/options.h"
 
+#include <algorithm>
 #include <sstream>
 
 namespace normgen {
@@ -39,6 +40,7 @@ VerifyArgs parse_verify_args(const std::vector<std::string> &args) {
             v.targets = split_list(value("--target"));
             v.targets_given = true;
         }
+        else if (a == "--schedule") v.schedule = value("--schedule");
         else if (a == "--json") v.json = true;
         else if (a == "--quick") v.quick = true;
         else if (a == "--failures") v.failures_only = true;
@@ -59,6 +61,33 @@ VerifyArgs parse_verify_args(const std::vector<std::string> &args) {
     }
     if (v.targets.empty()) throw Usage("--target: give at least one target");
     return v;
+}
+
+GenerateArgs parse_generate_args(const std::vector<std::string> &args, const std::vector<std::string> &flags) {
+    GenerateArgs g;
+    auto takes = [&](const std::string &f) { return std::find(flags.begin(), flags.end(), f) != flags.end(); };
+    for (size_t i = 0; i < args.size(); ++i) {
+        const std::string &a = args[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= args.size()) throw Usage(a + " needs a value");
+            return args[++i];
+        };
+        if (a == "--out") g.out = value();
+        else if (a == "--fragment") g.fragment = value();
+        else if (a == "--manifest") g.manifest = value();
+        else if (a == "--table") g.table = value();
+        else if (a == "--source") g.source = value();
+        else if (a == "--archive") g.archive = value();
+        else if (a == "--schedule") g.schedule = value();
+        else if (a == "--dtype") g.dtypes = parse_dtypes(value());
+        else if (a == "--target" && takes(a)) g.targets = split_list(value());
+        else if (a == "--cuda-schedule" && takes(a)) g.cuda_schedule = value();
+        else if (a == "--no-cpu" && takes(a)) g.cpu = false;
+        else if (a == "--cuda" && takes(a)) g.cuda = true;
+        else if (!a.empty() && a[0] == '-') throw Usage("unknown option '" + a + "'");
+        else g.files.push_back(a);
+    }
+    return g;
 }
 
 }  // namespace normgen

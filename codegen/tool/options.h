@@ -28,7 +28,21 @@ struct VerifyArgs {
     bool quick = false;
     bool failures_only = false;
     uint64_t seed = 0;
+    std::string schedule;  // --schedule: overrides of every kernel's schedule record ("" = defaults)
 };
 VerifyArgs parse_verify_args(const std::vector<std::string> &args);
+
+// The build-time generators' options (normgen-gen, normgen-mlir): `compile FILE --out DIR ...`.
+struct GenerateArgs {
+    std::vector<std::string> files;
+    std::string out, fragment, manifest, table, source, archive, schedule, cuda_schedule;
+    std::vector<DType> dtypes{DType::F32, DType::BF16, DType::F16};
+    std::vector<std::string> targets{"host", "x86-64-avx2"};
+    bool cpu = true, cuda = false;  // normgen-mlir: --no-cpu, --cuda
+};
+// `flags` lists the options beyond the common ones (--out --fragment --manifest --table --source
+// --archive --schedule --dtype) that this generator takes ("--target", "--cuda-schedule",
+// "--no-cpu", "--cuda"); any other option is a Usage error.
+GenerateArgs parse_generate_args(const std::vector<std::string> &args, const std::vector<std::string> &flags);
 
 }  // namespace normgen

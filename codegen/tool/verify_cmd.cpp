@@ -1,8 +1,10 @@
-#include "codegen/driver/verify_cmd.h"
+#include "codegen/tool/verify_cmd.h"
 
 #include "dsl/checker.h"
 #include "runtime/errors.h"
 #include "runtime/verify.h"
+
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -20,18 +22,10 @@ struct Row {
     std::string layer, dtype, target, shape, worst_output;
     double ratio = 0, abs = 0, bound = 0;
     std::string problem;
+    std::string mismatches;  // the first failing elements (index, got, want, bound) of a failing output
     bool pass = false;
     uint64_t seed = 0;
 };
-
-std::string json_escape(const std::string &s) {
-    std::string r;
-    for (char c : s) {
-        if (c == '"' || c == '\\') r += '\\';
-        r += c;
-    }
-    return r;
-}
 
 }  // namespace
 
@@ -59,7 +53,7 @@ int cmd_verify(const VerifyArgs &v, const KernelFactory &make) {
                 continue;
             }
             // Compile one kernel per target; every shape's inputs and reference serve them all.
-            std::vector<std::unique_ptr<VerifyKernel>> kernels;
+            std::vector<std::unique_ptr<CompiledKernel>> kernels;
             std::vector<KernelFn> fns;
             std::vector<std::string> kernel_targets;
             for (const std::string &target_name : v.targets) {
@@ -67,7 +61,7 @@ int cmd_verify(const VerifyArgs &v, const KernelFactory &make) {
                              tty ? "...\r" : "\n");
                 std::fflush(stderr);
                 try {
-                    kernels.push_back(make(spec, dtype, target_name));
+                    kernels.push_back(make(spec, dtype, target_name, v.schedule));
                 } catch (const std::exception &e) {
                     // A kernel that does not compile is a failed row, not the end of the run.
                     Row r;
@@ -82,7 +76,7 @@ int cmd_verify(const VerifyArgs &v, const KernelFactory &make) {
                     continue;
                 }
                 kernel_targets.push_back(target_name);
-                const VerifyKernel *k = kernels.back().get();
+                const CompiledKernel *k = kernels.back().get();
                 fns.push_back([k](const TensorMap &in, const Overrides &ov) { return k->run(in, ov); });
             }
             if (kernels.empty()) continue;
@@ -105,7 +99,8 @@ int cmd_verify(const VerifyArgs &v, const KernelFactory &make) {
                     r.shape = s.label;
                     r.pass = c.pass;
                     r.seed = seed;
-                    for (const OutputCheck &o : c.outputs)
+                    for (const OutputCheck &o : c.outputs) {
+                        if (!o.pass && r.mismatches.empty()) r.mismatches = mismatch_text(o);
                         if (r.worst_output.empty() || o.max_err > r.ratio || !o.problem.empty()) {
                             r.worst_output = o.name;
                             r.ratio = o.max_err;
@@ -113,6 +108,7 @@ int cmd_verify(const VerifyArgs &v, const KernelFactory &make) {
                             r.bound = o.bound_abs;
                             if (!o.problem.empty()) r.problem = o.problem;
                         }
+                    }
                     rows.push_back(r);
                 }
             }
@@ -122,16 +118,14 @@ int cmd_verify(const VerifyArgs &v, const KernelFactory &make) {
     int failed = 0;
     for (const Row &r : rows) failed += !r.pass;
     if (v.json) {
-        std::cout << "{\"seed\": " << base_seed << ", \"cases\": [\n";
-        for (size_t i = 0; i < rows.size(); ++i) {
-            const Row &r = rows[i];
-            std::cout << "  {\"layer\": \"" << r.layer << "\", \"dtype\": \"" << r.dtype << "\", \"target\": \"" << r.target
-                      << "\", \"shape\": \"" << r.shape << "\", \"output\": \"" << r.worst_output << "\", \"err_over_bound\": "
-                      << (std::isfinite(r.ratio) ? r.ratio : 1e308) << ", \"abs_err\": " << r.abs << ", \"bound\": " << r.bound
-                      << ", \"seed\": " << r.seed << ", \"problem\": \"" << json_escape(r.problem) << "\", \"pass\": " << (r.pass ? "true" : "false")
-                      << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
-        }
-        std::cout << "], \"passed\": " << rows.size() - failed << ", \"failed\": " << failed << "}\n";
+        nlohmann::json cases = nlohmann::json::array();
+        for (const Row &r : rows)
+            cases.push_back({{"layer", r.layer}, {"dtype", r.dtype}, {"target", r.target}, {"shape", r.shape}, {"output", r.worst_output},
+                             {"err_over_bound", std::isfinite(r.ratio) ? r.ratio : 1e308}, {"abs_err", r.abs}, {"bound", r.bound},
+                             {"seed", r.seed}, {"problem", r.problem}, {"mismatches", r.mismatches}, {"pass", r.pass}});
+        nlohmann::json doc = {{"seed", base_seed}, {"cases", cases}, {"passed", rows.size() - failed}, {"failed", failed}};
+        // Invalid UTF-8 in a message (a path, a compiler's output) is replaced, never fatal.
+        std::cout << doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {
         std::printf("%-28s %-5s %-12s %-44s %-16s %10s %10s %10s  %s\n", "layer", "dtype", "target", "shape", "worst output", "err/bound",
                     "max err", "bound", "pass");
@@ -139,7 +133,8 @@ int cmd_verify(const VerifyArgs &v, const KernelFactory &make) {
             if (v.failures_only && r.pass) continue;
             std::printf("%-28s %-5s %-12s %-44s %-16s %10.3g %10.3g %10.3g  %s\n", r.layer.c_str(), r.dtype.c_str(), r.target.c_str(),
                         r.shape.c_str(), r.worst_output.c_str(), r.ratio, r.abs, r.bound,
-                        r.pass ? "ok" : ("FAIL " + r.problem + " (seed " + std::to_string(r.seed) + ")").c_str());
+                        r.pass ? "ok" : ("FAIL " + r.problem + " (seed " + std::to_string(r.seed) + ")" +
+                                         (r.mismatches.empty() ? "" : ": " + r.mismatches)).c_str());
         }
         std::printf("%zu passed, %d failed\n", rows.size() - failed, failed);
     }

@@ -1,0 +1,213 @@
+#include "codegen/common/schedule_record.h"
+
+#include "runtime/errors.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+namespace normgen {
+
+using nlohmann::json;
+
+const char *schedule_kind_name(ScheduleKind k) {
+    switch (k) {
+    case ScheduleKind::HalideCpu: return "halide-cpu";
+    case ScheduleKind::MlirCpu: return "mlir-cpu";
+    case ScheduleKind::MlirCuda: return "mlir-cuda";
+    }
+    return "?";
+}
+
+const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k) {
+    // Defaults live in choose_schedule (some depend on the plan or the ISA); the constructor uses
+    // the `min` of each range only as a placeholder and choose_schedule fills every knob.
+    static const std::vector<KnobSpec> halide{
+        {"vector_width", 4, 64, false, true, "f32 lanes of every vectorized loop (default: the ISA's natural width, 16 on AVX-512, 8 on AVX2)"},
+        {"row_accumulators", 1, 16, false, false,
+         "vectors of partial sums per reduction over one contiguous axis (independent add chains)"},
+        {"sum_block", 1, 4096, false, false, "vectors each lane adds before its partial sum moves to the next level (blocked sums)"},
+        {"welford_lanes", 1, 64, false, true, "interleaved Welford accumulators, merged by Chan's formula"},
+        {"welford_block", 1, 4096, false, false, "serial Welford steps per lane before a pairwise merge"},
+        {"min_task_elements", 1, int64_t(1) << 30, false, false, "rows are grouped so each parallel task touches at least this many elements"},
+        {"row_in_cache", 0, 1, true, false, "allow the row schedule (false: statistics first for every layer)"},
+        {"fuse_inner_pair", 0, 1, true, false, "run the two innermost axes as one loop when the plan allows it (BatchNorm's h, w)"},
+    };
+    static const std::vector<KnobSpec> mlir_cpu{
+        {"sum_block", 1, int64_t(1) << 20, false, false, "elements of the innermost reduced axis per block of a blocked sum"},
+        {"chunk_bytes", 4096, int64_t(1) << 34, false, false,
+         "bytes of the tensors per chunk the runtime hands one call (chunks along a split axis, sized for L2)"},
+        {"fuse_trailing", 0, 1, true, false, "run trailing axes every operand has contiguous as one loop (checked at run time)"},
+    };
+    static const std::vector<KnobSpec> mlir_cuda{
+        {"block_threads", 32, 1024, false, true, "threads per block (one block per index of the plan's block axes)"},
+    };
+    switch (k) {
+    case ScheduleKind::HalideCpu: return halide;
+    case ScheduleKind::MlirCpu: return mlir_cpu;
+    case ScheduleKind::MlirCuda: return mlir_cuda;
+    }
+    throw std::logic_error("schedule_knobs: unknown kind");
+}
+
+namespace {
+
+const KnobSpec *find_knob(ScheduleKind k, const std::string &name) {
+    for (const KnobSpec &s : schedule_knobs(k))
+        if (name == s.name) return &s;
+    return nullptr;
+}
+
+std::string knob_list(ScheduleKind k) {
+    std::string s;
+    for (const KnobSpec &n : schedule_knobs(k)) s += (s.empty() ? "" : ", ") + std::string(n.name);
+    return s;
+}
+
+int64_t parse_value(const KnobSpec &k, const std::string &text, const std::string &what) {
+    if (k.boolean) {
+        if (text == "true" || text == "1" || text == "on") return 1;
+        if (text == "false" || text == "0" || text == "off") return 0;
+        throw UserError(what + ": knob '" + k.name + "' takes true or false, got '" + text + "'");
+    }
+    errno = 0;
+    char *end = nullptr;
+    long long v = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end || errno) throw UserError(what + ": knob '" + std::string(k.name) + "' takes an integer, got '" + text + "'");
+    return v;
+}
+
+}  // namespace
+
+ScheduleRecord::ScheduleRecord(ScheduleKind kind) : kind_(kind) {
+    for (const KnobSpec &k : schedule_knobs(kind)) values_.push_back({k.name, k.min});
+}
+
+int64_t ScheduleRecord::get(const std::string &knob) const {
+    for (const auto &[n, v] : values_)
+        if (n == knob) return v;
+    internal_error(std::string("schedule record ") + schedule_kind_name(kind_) + " has no knob '" + knob + "'", __FILE__, __LINE__);
+}
+
+void ScheduleRecord::set(const std::string &knob, int64_t value) {
+    const KnobSpec *k = find_knob(kind_, knob);
+    if (!k)
+        throw UserError(std::string("schedule: the ") + schedule_kind_name(kind_) + " schedule has no knob '" + knob + "' (its knobs: " +
+                        knob_list(kind_) + ")");
+    if (value < k->min || value > k->max)
+        throw UserError(std::string("schedule: knob '") + knob + "' = " + std::to_string(value) + " is out of range [" + std::to_string(k->min) +
+                        ", " + std::to_string(k->max) + "] (" + k->doc + ")");
+    if (k->power_of_two && (value & (value - 1)))
+        throw UserError(std::string("schedule: knob '") + knob + "' = " + std::to_string(value) + " is not a power of two (" + k->doc + ")");
+    for (auto &[n, v] : values_)
+        if (n == knob) v = value;
+}
+
+json ScheduleRecord::to_json() const {
+    json knobs = json::object();
+    for (const auto &[n, v] : values_) {
+        if (find_knob(kind_, n)->boolean) knobs[n] = v != 0;
+        else knobs[n] = v;
+    }
+    return {{"kind", schedule_kind_name(kind_)}, {"knobs", knobs}};
+}
+
+ScheduleRecord ScheduleRecord::from_json(const json &j, ScheduleKind expected, const std::string &what) {
+    ScheduleRecord r(expected);
+    if (!j.is_object()) throw UserError(what + ": a schedule record is a JSON object");
+    const json *knobs = &j;
+    if (j.contains("kind")) {
+        if (!j["kind"].is_string() || j["kind"].get<std::string>() != schedule_kind_name(expected))
+            throw UserError(what + ": a " + j["kind"].dump() + " schedule record, where a " + schedule_kind_name(expected) + " one is needed");
+        if (!j.contains("knobs") || !j["knobs"].is_object()) throw UserError(what + ": the record has no \"knobs\" object");
+        knobs = &j["knobs"];
+    }
+    for (const auto &[name, v] : knobs->items()) {
+        const KnobSpec *k = find_knob(expected, name);
+        if (!k)
+            throw UserError(what + ": the " + std::string(schedule_kind_name(expected)) + " schedule has no knob '" + name + "' (its knobs: " +
+                            knob_list(expected) + ")");
+        if (v.is_boolean() && k->boolean) r.set(name, v.get<bool>() ? 1 : 0);
+        else if (v.is_number_integer() && !k->boolean) r.set(name, v.get<int64_t>());
+        else throw UserError(what + ": knob '" + name + "' takes " + (k->boolean ? "true or false" : "an integer") + ", got " + v.dump());
+    }
+    return r;
+}
+
+std::string ScheduleRecord::text() const {
+    std::string s;
+    for (const auto &[n, v] : values_) {
+        s += (s.empty() ? "" : ",") + n + "=";
+        s += find_knob(kind_, n)->boolean ? (v ? "true" : "false") : std::to_string(v);
+    }
+    return s;
+}
+
+ScheduleRecord choose_schedule(const KernelPlan &plan, ScheduleKind kind, Isa isa) {
+    (void)plan;  // today's defaults depend on the ISA only; the plan is there for the tuner's classes
+    ScheduleRecord r(kind);
+    switch (kind) {
+    case ScheduleKind::HalideCpu:
+        // Measured defaults (bench/README.md): four accumulator vectors per row reduction
+        // (LayerNorm 16384 x 768 f32: 14.2 -> 17.1 GB/s); blocks of 64 vectors per lane (one level
+        // left BatchNorm over 3 x 3 x 262144 f32 with rstd 1.4e-5 off); 16 Welford lanes = one
+        // AVX-512 vector of f32.
+        r.set("vector_width", isa == Isa::Avx512 ? 16 : 8);
+        r.set("row_accumulators", 4);
+        r.set("sum_block", 64);
+        r.set("welford_lanes", 16);
+        r.set("welford_block", 64);
+        r.set("min_task_elements", 16384);
+        r.set("row_in_cache", 1);
+        r.set("fuse_inner_pair", 1);
+        break;
+    case ScheduleKind::MlirCpu:
+        // 256-element blocks: a straight shifted sum of a 262144-element row was 1e-6 off in its
+        // mean. 512 KiB chunks: LayerNorm 32768 x 8192 13.0 -> 19.4 GB/s (passes hit L2).
+        r.set("sum_block", 256);
+        r.set("chunk_bytes", 512 << 10);
+        r.set("fuse_trailing", 1);
+        break;
+    case ScheduleKind::MlirCuda: r.set("block_threads", 256); break;
+    }
+    return r;
+}
+
+void apply_schedule_overrides(ScheduleRecord &rec, const std::string &spec) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::is_regular_file(spec, ec) || (spec.size() > 5 && spec.compare(spec.size() - 5, 5, ".json") == 0)) {
+        std::ifstream in(spec);
+        if (!in) throw UserError("--schedule " + spec + ": cannot read the file");
+        json j = json::parse(in, nullptr, false);
+        if (j.is_discarded()) throw UserError("--schedule " + spec + ": not valid JSON");
+        ScheduleRecord from = ScheduleRecord::from_json(j, rec.kind(), "--schedule " + spec);
+        // Only the knobs the file names override: the others keep the plan's defaults.
+        const json &knobs = j.contains("knobs") ? j["knobs"] : j;
+        for (const auto &[name, v] : knobs.items()) rec.set(name, from.get(name));
+        return;
+    }
+    size_t pos = 0;
+    while (pos <= spec.size()) {
+        size_t comma = spec.find(',', pos);
+        std::string item = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+        pos = comma == std::string::npos ? spec.size() + 1 : comma + 1;
+        item.erase(0, item.find_first_not_of(" \t"));
+        item.erase(item.find_last_not_of(" \t") + 1);
+        if (item.empty()) continue;
+        size_t eq = item.find('=');
+        if (eq == std::string::npos || eq == 0)
+            throw UserError("--schedule: '" + item + "' is not knob=value (knobs of the " + schedule_kind_name(rec.kind()) +
+                            " schedule: " + knob_list(rec.kind()) + ")");
+        std::string name = item.substr(0, item.find_last_not_of(" \t", eq - 1) + 1);
+        std::string text = item.substr(item.find_first_not_of(" \t", eq + 1) == std::string::npos ? item.size() : item.find_first_not_of(" \t", eq + 1));
+        const KnobSpec *k = find_knob(rec.kind(), name);
+        if (!k) rec.set(name, 0);  // throws, naming the knob and the kind's knobs
+        rec.set(name, parse_value(*k, text, "--schedule"));
+    }
+}
+
+}  // namespace normgen

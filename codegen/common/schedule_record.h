@@ -1,0 +1,66 @@
+// Schedules as data: one serializable record per backend x device holding every decision a
+// lowering makes that is not the declared algorithm (vector width, accumulators, block sizes, task
+// grain, fused axes, threads per block). A record is plain knob = integer pairs with a kind; the
+// backends read it, the manifest stores it as JSON, `--schedule` overrides it, a tuner can search,
+// store and replay it. A knob may reorder a sum; none changes the declared algorithm.
+//
+//   choose_schedule(plan, kind, isa)   today's defaults for a plan on an instruction set
+//   apply_schedule_overrides(rec, s)   'knob=value,...' or a JSON file; an unknown knob or a value
+//                                      out of range is refused naming the knob
+#pragma once
+
+#include "codegen/common/kernel_plan.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace normgen {
+
+enum class ScheduleKind { HalideCpu, MlirCpu, MlirCuda };
+const char *schedule_kind_name(ScheduleKind k);  // "halide-cpu", "mlir-cpu", "mlir-cuda"
+
+struct KnobSpec {
+    const char *name;
+    int64_t min, max;
+    bool boolean;       // 0 / 1 (spelled true/false)
+    bool power_of_two;
+    const char *doc;
+};
+// The knobs of a kind, in a fixed order (the order of text(); the JSON object sorts them by name).
+const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k);
+
+class ScheduleRecord {
+public:
+    explicit ScheduleRecord(ScheduleKind kind);  // every knob at its plan-independent default
+    ScheduleKind kind() const { return kind_; }
+    int64_t get(const std::string &knob) const;  // an unknown knob is an internal error
+    bool flag(const std::string &knob) const { return get(knob) != 0; }
+    // Sets a knob, refusing (UserError naming the knob) an unknown name or a value out of range.
+    void set(const std::string &knob, int64_t value);
+    const std::vector<std::pair<std::string, int64_t>> &values() const { return values_; }
+
+    nlohmann::json to_json() const;  // {"kind": "halide-cpu", "knobs": {"vector_width": 16, ...}}
+    // Reads a record written by to_json (missing knobs keep their defaults). Refuses a record of
+    // another kind, an unknown knob or a bad value, naming it; `what` names the source in messages.
+    static ScheduleRecord from_json(const nlohmann::json &j, ScheduleKind expected, const std::string &what);
+    std::string text() const;  // "vector_width=16,row_accumulators=4,..."
+    bool operator==(const ScheduleRecord &o) const { return kind_ == o.kind_ && values_ == o.values_; }
+
+private:
+    ScheduleKind kind_;
+    std::vector<std::pair<std::string, int64_t>> values_;
+};
+
+// The defaults for a plan: what the lowerings did before schedules were data.
+ScheduleRecord choose_schedule(const KernelPlan &plan, ScheduleKind kind, Isa isa);
+
+// Overrides from the command line: `spec` is a path to a JSON file (a record or an object of knobs)
+// when such a file exists or it ends in ".json", else "knob=value,knob=value". Knobs the record's
+// kind does not have are refused, naming the knob and listing the kind's knobs.
+void apply_schedule_overrides(ScheduleRecord &rec, const std::string &spec);
+
+}  // namespace normgen

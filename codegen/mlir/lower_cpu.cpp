@@ -1,0 +1,494 @@
+// NormSpec -> MLIR for the CPU (lower.h): linalg.generic ops on strided memrefs, the shared
+// reduction algorithm (algorithm.h) with statistics held in small buffers.
+#include "codegen/mlir/lower.h"
+
+#include "codegen/mlir/algorithm.h"
+#include "codegen/mlir/emit.h"
+#include "runtime/errors.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include <optional>
+
+namespace normgen::mlirgen {
+
+namespace {
+
+// ---- CPU: linalg on memrefs -----------------------------------------------------------------------
+
+class CpuLowerer {
+public:
+    CpuLowerer(MLIRContext &ctx, const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule)
+        : ctx_(ctx), spec_(spec), types_(plan.types), full_(plan.variant == Variant::Full), sum_block_(schedule.get("sum_block")),
+          fuse_trailing_(schedule.flag("fuse_trailing")), b_(&ctx), loc_(NameLoc::get(StringAttr::get(&ctx, spec.name))),
+          acc_(element_type(ctx, spec.accumulate)), emitter_(spec, acc_, extent_f_) {}
+
+    OwningOpRef<ModuleOp> run(const std::string &function) {
+        OwningOpRef<ModuleOp> module = ModuleOp::create(loc_);
+        b_.setInsertionPointToEnd(module->getBody());
+        std::vector<Type> types;
+        std::vector<std::vector<AxisId>> atoms;
+        for (const TensorInfo &t : spec_.tensors) {
+            atoms.push_back(spec_.memory_atoms(t.dims));
+            types.push_back(arg_type(types_.storage.at(t.name), (int)atoms.back().size()));
+        }
+        std::vector<int> outs;
+        for (size_t i = 0; i < spec_.outputs.size(); ++i) {
+            const OutputInfo &o = spec_.outputs[i];
+            if (o.optional && !full_) continue;
+            outs.push_back((int)i);
+            atoms.push_back(spec_.memory_atoms(o.dims));
+            types.push_back(arg_type(types_.storage.at(o.name), (int)atoms.back().size()));
+        }
+        auto fn = func::FuncOp::create(b_, loc_, function, b_.getFunctionType(types, {}));
+        fn->setAttr("llvm.emit_c_interface", b_.getUnitAttr());
+        b_.setInsertionPointToStart(fn.addEntryBlock());
+        for (size_t i = 0; i < spec_.tensors.size(); ++i) targs_.push_back(fn.getArgument((unsigned)i));
+
+        // The extent of every atomic axis, from the first argument that has it.
+        ext_.assign(spec_.axes.size(), Value());
+        extent_f_.assign(spec_.axes.size(), Value());
+        for (size_t a = 0; a < atoms.size(); ++a)
+            for (size_t k = 0; k < atoms[a].size(); ++k) {
+                AxisId ax = atoms[a][k];
+                if (ext_[ax]) continue;
+                ext_[ax] = memref::DimOp::create(b_, loc_, fn.getArgument((unsigned)a), (int64_t)k);
+                extent_f_[ax] = index_to_float(b_, loc_, ext_[ax], acc_);
+            }
+
+        for (size_t k = 0; k < outs.size(); ++k) {
+            const OutputInfo &o = spec_.outputs[outs[k]];
+            const Node &e = *spec_.values[o.value].expr;
+            Inputs in = inputs_for(e);
+            std::vector<AxisId> oat = spec_.memory_atoms(o.dims);
+            Type st = cpu_storage_type(ctx_, types_.storage.at(o.name));
+            map(oat, in.ops, {fn.getArgument((unsigned)(spec_.tensors.size() + k)), oat},
+                [&](OpBuilder &b, Location loc, ValueRange args) -> SmallVector<Value> {
+                    return {convert(b, loc, eval(b, loc, e, in, args), st)};
+                });
+        }
+        for (Value m : allocs_) memref::DeallocOp::create(b_, loc_, m);
+        func::ReturnOp::create(b_, loc_);
+        return module;
+    }
+
+private:
+    struct Operand {
+        Value mem;
+        std::vector<AxisId> atoms;
+    };
+    struct Inputs {
+        Leaves leaves;
+        std::vector<Operand> ops;  // one per leaf, same order
+    };
+    using Body = std::function<SmallVector<Value>(OpBuilder &, Location, ValueRange)>;
+
+    MLIRContext &ctx_;
+    const NormSpec &spec_;
+    const KernelTypes &types_;
+    bool full_;
+    const int64_t sum_block_;   // schedule: elements per block of a blocked sum
+    const bool fuse_trailing_;  // schedule: fuse contiguous trailing axes of a map
+    OpBuilder b_;
+    Location loc_;
+    Type acc_;
+    std::vector<Value> targs_, ext_, extent_f_, allocs_;
+    ExprEmitter emitter_;
+    std::map<const Node *, Value> red_;
+
+    MemRefType arg_type(DType t, int rank) {
+        SmallVector<int64_t> shape(rank, ShapedType::kDynamic), strides(rank, ShapedType::kDynamic);
+        if (rank) strides.back() = 1;
+        return MemRefType::get(shape, cpu_storage_type(ctx_, t), StridedLayoutAttr::get(&ctx_, ShapedType::kDynamic, strides));
+    }
+
+    Value alloc(const AxisSet &axes, std::optional<double> init) {
+        SmallVector<int64_t> shape(axes.size(), ShapedType::kDynamic);
+        SmallVector<Value> sizes;
+        for (AxisId a : axes) sizes.push_back(ext_[a]);
+        Value m = memref::AllocOp::create(b_, loc_, MemRefType::get(shape, acc_), sizes);
+        if (init) linalg::FillOp::create(b_, loc_, ValueRange{emitter_.cst(b_, loc_, *init)}, ValueRange{m});
+        allocs_.push_back(m);
+        return m;
+    }
+
+    void generic(const std::vector<AxisId> &domain, const AxisSet &reduced, const std::vector<Operand> &ins,
+                 const std::vector<Operand> &outs, const Body &body) {
+        SmallVector<AffineMap> maps;
+        SmallVector<Value> in_vals, out_vals;
+        auto map_of = [&](const Operand &op) {
+            SmallVector<AffineExpr> exprs;
+            for (AxisId a : op.atoms) {
+                auto it = std::find(domain.begin(), domain.end(), a);
+                if (it == domain.end()) throw std::logic_error("mlir lowering: operand axis outside the iteration domain");
+                exprs.push_back(getAffineDimExpr((unsigned)(it - domain.begin()), &ctx_));
+            }
+            return AffineMap::get((unsigned)domain.size(), 0, exprs, &ctx_);
+        };
+        for (const Operand &op : ins) {
+            maps.push_back(map_of(op));
+            in_vals.push_back(op.mem);
+        }
+        for (const Operand &op : outs) {
+            maps.push_back(map_of(op));
+            out_vals.push_back(op.mem);
+        }
+        SmallVector<utils::IteratorType> iters;
+        for (AxisId a : domain)
+            iters.push_back(std::count(reduced.begin(), reduced.end(), a) ? utils::IteratorType::reduction : utils::IteratorType::parallel);
+        linalg::GenericOp::create(b_, loc_, ValueRange(in_vals), ValueRange(out_vals), maps, iters,
+                                  [&](OpBuilder &nb, Location nl, ValueRange args) {
+                                      SmallVector<Value> y = body(nb, nl, args);
+                                      linalg::YieldOp::create(nb, nl, y);
+                                  });
+    }
+
+    // The longest trailing run of the output's axes (at least two) that every operand either has
+    // as its own trailing axes, in order, or lacks entirely: BatchNorm's (h, w). 0 when none.
+    static size_t fusable_suffix(const std::vector<AxisId> &out, const std::vector<Operand> &ops) {
+        for (size_t k = out.size(); k >= 2; --k) {
+            std::vector<AxisId> tail(out.end() - k, out.end());
+            bool ok = true;
+            for (const Operand &op : ops) {
+                size_t shared = 0;
+                for (AxisId a : tail) shared += std::count(op.atoms.begin(), op.atoms.end(), a);
+                if (shared == 0) continue;
+                ok = ok && shared == k && op.atoms.size() >= k && std::equal(tail.begin(), tail.end(), op.atoms.end() - k);
+            }
+            if (ok) return k;
+        }
+        return 0;
+    }
+
+    // An output's map. When its trailing axes can be fused (fusable_suffix) and every operand is
+    // contiguous across them at run time, the map runs over one fused axis instead (a 7x7 plane
+    // is one loop of 49, which the vectorizer can use); otherwise over the axes as declared.
+    void map(const std::vector<AxisId> &domain, const std::vector<Operand> &ins, const Operand &out, const Body &body) {
+        std::vector<Operand> all = ins;
+        all.push_back(out);
+        const size_t k = fuse_trailing_ ? fusable_suffix(domain, all) : 0;
+        if (k < 2) {
+            generic(domain, {}, ins, {out}, body);
+            return;
+        }
+        const AxisId fused = (AxisId)spec_.axes.size() + 1;  // a pseudo axis for the fused run
+        std::vector<AxisId> tail(domain.end() - k, domain.end()), fdomain(domain.begin(), domain.end() - k);
+        fdomain.push_back(fused);
+        Value cond = arith::ConstantIntOp::create(b_, loc_, b_.getI1Type(), 1);
+        std::vector<Operand> views;
+        for (const Operand &op : all) {
+            if (!std::count(op.atoms.begin(), op.atoms.end(), tail[0])) {
+                views.push_back(op);
+                continue;
+            }
+            auto meta = memref::ExtractStridedMetadataOp::create(b_, loc_, op.mem);
+            const size_t r = op.atoms.size(), first = r - k;
+            Value n = meta.getSizes()[r - 1];
+            Value inner_one = arith::CmpIOp::create(b_, loc_, arith::CmpIPredicate::eq, meta.getStrides()[r - 1], index_cst(b_, loc_, 1));
+            cond = arith::AndIOp::create(b_, loc_, cond, inner_one);
+            for (size_t j = r - 1; j > first; --j) {
+                Value want = arith::MulIOp::create(b_, loc_, meta.getStrides()[j], meta.getSizes()[j]);
+                cond = arith::AndIOp::create(b_, loc_, cond,
+                                             arith::CmpIOp::create(b_, loc_, arith::CmpIPredicate::eq, meta.getStrides()[j - 1], want));
+                n = arith::MulIOp::create(b_, loc_, n, meta.getSizes()[j - 1]);
+            }
+            SmallVector<OpFoldResult> sizes, strides;
+            for (size_t j = 0; j < first; ++j) {
+                sizes.push_back(meta.getSizes()[j]);
+                strides.push_back(meta.getStrides()[j]);
+            }
+            sizes.push_back(n);
+            strides.push_back(b_.getIndexAttr(1));
+            SmallVector<int64_t> shape(first + 1, ShapedType::kDynamic), st(first + 1, ShapedType::kDynamic);
+            st.back() = 1;
+            auto type = MemRefType::get(shape, cast<MemRefType>(op.mem.getType()).getElementType(),
+                                        StridedLayoutAttr::get(&ctx_, ShapedType::kDynamic, st));
+            Value v = memref::ReinterpretCastOp::create(b_, loc_, type, meta.getBaseBuffer(), OpFoldResult(meta.getOffset()), sizes, strides);
+            std::vector<AxisId> atoms(op.atoms.begin(), op.atoms.begin() + first);
+            atoms.push_back(fused);
+            views.push_back({v, atoms});
+        }
+        auto branch = scf::IfOp::create(b_, loc_, cond, /*withElseRegion=*/true);
+        OpBuilder::InsertionGuard guard(b_);
+        b_.setInsertionPoint(branch.thenBlock()->getTerminator());
+        generic(fdomain, {}, std::vector<Operand>(views.begin(), views.end() - 1), {views.back()}, body);
+        b_.setInsertionPoint(branch.elseBlock()->getTerminator());
+        generic(domain, {}, ins, {out}, body);
+    }
+
+    Inputs inputs_for(const Node &expr) {
+        Inputs in;
+        in.leaves.collect(spec_, expr);
+        for (const Node *l : in.leaves.nodes) {
+            if (l->kind == Node::Tensor) {
+                in.ops.push_back({targs_[l->index], spec_.memory_atoms(spec_.tensors[l->index].dims)});
+            } else {
+                Value r = reduce(*l).buf;
+                in.ops.push_back({r, l->axes});
+            }
+        }
+        return in;
+    }
+
+    Value eval(OpBuilder &b, Location loc, const Node &e, const Inputs &in, ValueRange args) {
+        return emitter_.emit(b, loc, e, [&](OpBuilder &bb, Location ll, const Node &leaf) {
+            int i = in.leaves.find(leaf);
+            if (i < 0) throw std::logic_error("mlir lowering: leaf not bound");
+            return convert(bb, ll, args[i], acc_);
+        });
+    }
+
+    // The operand restricted to the first `m` elements of the innermost reduced axis, the other
+    // reduced axes at 0 (the shift of a mean).
+    Operand restrict(const Operand &op, const AxisSet &over, Value m) {
+        bool touches = false;
+        for (AxisId a : op.atoms) touches = touches || std::count(over.begin(), over.end(), a);
+        if (!touches) return op;
+        SmallVector<OpFoldResult> offsets, sizes, strides;
+        for (size_t k = 0; k < op.atoms.size(); ++k) {
+            AxisId a = op.atoms[k];
+            offsets.push_back(b_.getIndexAttr(0));
+            strides.push_back(b_.getIndexAttr(1));
+            if (a == over.back()) sizes.push_back(m);
+            else if (std::count(over.begin(), over.end(), a)) sizes.push_back(b_.getIndexAttr(1));
+            else sizes.push_back(ext_[a]);
+        }
+        return {memref::SubViewOp::create(b_, loc_, op.mem, offsets, sizes, strides), op.atoms};
+    }
+
+    // The operand with its axis `a` cut to [offset, offset + size).
+    Operand slice(const Operand &op, AxisId a, OpFoldResult offset, OpFoldResult size) {
+        auto it = std::find(op.atoms.begin(), op.atoms.end(), a);
+        if (it == op.atoms.end()) return op;
+        SmallVector<OpFoldResult> offsets, sizes, strides;
+        for (AxisId x : op.atoms) {
+            offsets.push_back(x == a ? offset : b_.getIndexAttr(0));
+            sizes.push_back(x == a ? size : OpFoldResult(ext_[x]));
+            strides.push_back(b_.getIndexAttr(1));
+        }
+        return {memref::SubViewOp::create(b_, loc_, op.mem, offsets, sizes, strides), op.atoms};
+    }
+
+    // Sums over n's reduced axes of each `terms[t](operand value, extra input values)`, one buffer
+    // over n.axes each. Blocked, so that no f32 partial sum runs long: along the innermost reduced
+    // axis, blocks of kBlock elements sum into P[kept axes, block] (kept = n.axes and the other
+    // reduced axes) and the remainder into T[kept axes]; then P and T are summed over the other
+    // reduced axes and the blocks. (A shifted sum of zero-mean data drifts linearly with its
+    // length: one 262144-element row summed straight through was 1e-6 off in its mean.)
+    std::vector<Value> sums(const Node &n, const Inputs &in, const std::vector<Operand> &extra, const std::vector<Term> &terms) {
+        const int64_t kBlock = sum_block_;
+        const Node &arg = *n.args[0];
+        AxisId inner = n.over.back();
+        AxisSet outer(n.over.begin(), n.over.end() - 1);
+        AxisSet kept = union_of(n.axes, outer);
+        Value block = index_cst(b_, loc_, kBlock);
+        Value nb = arith::DivUIOp::create(b_, loc_, ext_[inner], block);
+        Value main_len = arith::MulIOp::create(b_, loc_, nb, block);
+        Value rest = arith::SubIOp::create(b_, loc_, ext_[inner], main_len);
+        std::vector<Operand> ins = in.ops;
+        ins.insert(ins.end(), extra.begin(), extra.end());
+        auto body = [&](size_t nouts) {
+            return [&, nouts](OpBuilder &b, Location loc, ValueRange args) -> SmallVector<Value> {
+                Value v = eval(b, loc, arg, in, args);
+                ValueRange ex = args.slice(in.ops.size(), extra.size());
+                SmallVector<Value> y;
+                for (size_t t = 0; t < terms.size(); ++t)
+                    y.push_back(add_reassoc(b, loc, args[args.size() - nouts + t], terms[t](b, loc, v, ex)));
+                return y;
+            };
+        };
+
+        // Level 1a: whole blocks. Domain: kept axes, block, j; x[.., inner] = block * kBlock + j.
+        std::vector<Value> P, T, S;
+        {
+            const unsigned nk = (unsigned)kept.size(), nd = nk + 2;
+            auto map_of = [&](const std::vector<AxisId> &atoms) {
+                SmallVector<AffineExpr> exprs;
+                for (AxisId a : atoms) {
+                    if (a == inner) exprs.push_back(getAffineDimExpr(nk, &ctx_) * kBlock + getAffineDimExpr(nk + 1, &ctx_));
+                    else exprs.push_back(getAffineDimExpr((unsigned)(std::find(kept.begin(), kept.end(), a) - kept.begin()), &ctx_));
+                }
+                return AffineMap::get(nd, 0, exprs, &ctx_);
+            };
+            SmallVector<AffineMap> maps;
+            SmallVector<Value> in_vals, out_vals;
+            for (const Operand &op : ins) {
+                maps.push_back(map_of(op.atoms));
+                in_vals.push_back(op.mem);
+            }
+            // A kBlock-element operand that gives j its range (never read).
+            Value lanes = memref::AllocaOp::create(b_, loc_, MemRefType::get({kBlock}, acc_));
+            maps.push_back(AffineMap::get(nd, 0, {getAffineDimExpr(nk + 1, &ctx_)}, &ctx_));
+            in_vals.push_back(lanes);
+            SmallVector<AffineExpr> pe;
+            for (unsigned k = 0; k <= nk; ++k) pe.push_back(getAffineDimExpr(k, &ctx_));
+            SmallVector<Value> psizes;
+            for (AxisId a : kept) psizes.push_back(ext_[a]);
+            psizes.push_back(nb);
+            for (size_t t = 0; t < terms.size(); ++t) {
+                Value p = memref::AllocOp::create(b_, loc_, MemRefType::get(SmallVector<int64_t>(nk + 1, ShapedType::kDynamic), acc_), psizes);
+                linalg::FillOp::create(b_, loc_, ValueRange{emitter_.cst(b_, loc_, 0.0)}, ValueRange{p});
+                allocs_.push_back(p);
+                P.push_back(p);
+                maps.push_back(AffineMap::get(nd, 0, pe, &ctx_));
+                out_vals.push_back(p);
+            }
+            SmallVector<utils::IteratorType> iters(nd, utils::IteratorType::parallel);
+            iters.back() = utils::IteratorType::reduction;
+            auto f = body(terms.size());
+            linalg::GenericOp::create(b_, loc_, ValueRange(in_vals), ValueRange(out_vals), maps, iters,
+                                      [&](OpBuilder &nb2, Location nl, ValueRange args) {
+                                          // args: ins..., lanes, outs...: drop the lanes operand.
+                                          SmallVector<Value> a(args.begin(), args.begin() + ins.size());
+                                          a.append(args.begin() + ins.size() + 1, args.end());
+                                          SmallVector<Value> y = f(nb2, nl, ValueRange(a));
+                                          linalg::YieldOp::create(nb2, nl, y);
+                                      });
+        }
+        // Level 1b: the remainder of the innermost axis, per kept coordinate.
+        {
+            std::vector<Operand> tin;
+            for (const Operand &op : ins) tin.push_back(slice(op, inner, main_len, rest));
+            std::vector<Operand> outs;
+            for (size_t t = 0; t < terms.size(); ++t) {
+                T.push_back(alloc(kept, 0.0));
+                outs.push_back({T.back(), kept});
+            }
+            generic(union_of(kept, {inner}), {inner}, tin, outs, body(terms.size()));
+        }
+        // Level 2: over the other reduced axes and the blocks.
+        std::vector<AxisId> kept_blk = kept;
+        const AxisId blk_axis = (AxisId)spec_.axes.size();  // a pseudo axis for the block index
+        kept_blk.push_back(blk_axis);
+        for (size_t t = 0; t < terms.size(); ++t) {
+            Value s = alloc(n.axes, 0.0);
+            AxisSet red_blk = outer;
+            red_blk.push_back(blk_axis);
+            generic(kept_blk, red_blk, {{P[t], kept_blk}}, {{s, n.axes}}, [&](OpBuilder &b, Location loc, ValueRange a) -> SmallVector<Value> {
+                return {add_reassoc(b, loc, a[1], a[0])};
+            });
+            generic(kept, outer, {{T[t], kept}}, {{s, n.axes}}, [&](OpBuilder &b, Location loc, ValueRange a) -> SmallVector<Value> {
+                return {add_reassoc(b, loc, a[1], a[0])};
+            });
+            S.push_back(s);
+        }
+        return S;
+    }
+
+    // result(n.axes) = f(buffers...), elementwise.
+    Value combine(const AxisSet &axes, const std::vector<Value> &bufs, const std::function<Value(OpBuilder &, Location, ValueRange)> &f) {
+        Value r = alloc(axes, std::nullopt);
+        std::vector<Operand> ins;
+        for (Value v : bufs) ins.push_back({v, axes});
+        generic(axes, {}, ins, {{r, axes}}, [&](OpBuilder &b, Location loc, ValueRange args) -> SmallVector<Value> {
+            return {f(b, loc, args.take_front(bufs.size()))};
+        });
+        return r;
+    }
+
+public:
+    // ---- The strategy of the shared algorithm (algorithm.h): statistics are buffers over the
+    // reduction's kept axes, each sweep is linalg.generic ops (blocked sums, `sums` above). A
+    // statistic may carry a divisor applied where it is read: the shift of a mean is its sum over
+    // the first elements and their count, so no pass over the kept axes divides it.
+    struct Stat {
+        Value buf;
+        Value divisor;  // null: the buffer holds the statistic itself
+    };
+
+    // The statistics' values at a point, from their buffers' elements.
+    static SmallVector<Value> values_of(OpBuilder &b, Location loc, const std::vector<Stat> &stats, ValueRange elems) {
+        SmallVector<Value> v;
+        for (size_t i = 0; i < stats.size(); ++i)
+            v.push_back(stats[i].divisor ? Value(arith::DivFOp::create(b, loc, elems[i], stats[i].divisor)) : elems[i]);
+        return v;
+    }
+
+    std::vector<Stat> sweep(const Node &n, const std::vector<Stat> &stats, const std::vector<Term> &terms) {
+        Inputs in = inputs_for(*n.args[0]);
+        std::vector<Operand> extra;
+        for (const Stat &st : stats) extra.push_back({st.buf, n.axes});
+        std::vector<Term> scaled;
+        for (const Term &t : terms)
+            scaled.push_back([&stats, t](OpBuilder &b, Location loc, Value v, ValueRange ex) { return t(b, loc, v, values_of(b, loc, stats, ex)); });
+        std::vector<Stat> r;
+        for (Value buf : sums(n, in, extra, scaled)) r.push_back({buf, Value()});
+        return r;
+    }
+
+    // The mean of the first min(64, extent) elements of the innermost reduced axis: their sum, to
+    // be divided by their count where it is read.
+    Stat shift(const Node &n) {
+        Inputs in = inputs_for(*n.args[0]);
+        Value m = arith::MinUIOp::create(b_, loc_, ext_[n.over.back()], index_cst(b_, loc_, 64));
+        Value mf = index_to_float(b_, loc_, m, acc_);
+        Value ks = alloc(n.axes, 0.0);
+        std::vector<Operand> rin;
+        for (const Operand &op : in.ops) rin.push_back(restrict(op, n.over, m));
+        const Node &arg = *n.args[0];
+        generic(union_of(n.axes, n.over), n.over, rin, {{ks, n.axes}}, [&](OpBuilder &b, Location loc, ValueRange args) -> SmallVector<Value> {
+            return {arith::AddFOp::create(b, loc, args.back(), eval(b, loc, arg, in, args))};
+        });
+        return {ks, mf};
+    }
+
+    Stat extreme(const Node &n, bool is_max) {
+        Inputs in = inputs_for(*n.args[0]);
+        const Node &arg = *n.args[0];
+        Value r = alloc(n.axes, is_max ? -INFINITY : INFINITY);
+        generic(union_of(n.axes, n.over), n.over, in.ops, {{r, n.axes}}, [&](OpBuilder &b, Location loc, ValueRange args) -> SmallVector<Value> {
+            Value v = eval(b, loc, arg, in, args);
+            if (is_max) return {arith::MaximumFOp::create(b, loc, args.back(), v)};
+            return {arith::MinimumFOp::create(b, loc, args.back(), v)};
+        });
+        return {r, Value()};
+    }
+
+    // Serial Welford per result element (count, mean, m2): exact to the declared algorithm.
+    Stat welford(const Node &n) {
+        Inputs in = inputs_for(*n.args[0]);
+        const Node &arg = *n.args[0];
+        Value c = alloc(n.axes, 0.0), mu = alloc(n.axes, 0.0), m2 = alloc(n.axes, 0.0);
+        generic(union_of(n.axes, n.over), n.over, in.ops, {{c, n.axes}, {mu, n.axes}, {m2, n.axes}},
+                [&](OpBuilder &b, Location loc, ValueRange args) -> SmallVector<Value> {
+                    Value v = eval(b, loc, arg, in, args);
+                    size_t o = in.ops.size();
+                    auto s = welford_step(b, loc, emitter_, {args[o], args[o + 1], args[o + 2]}, v);
+                    return {s[0], s[1], s[2]};
+                });
+        return {combine(n.axes, {c, m2}, [&](OpBuilder &b, Location loc, ValueRange a) -> Value {
+                    return arith::DivFOp::create(b, loc, a[1], arith::MaximumFOp::create(b, loc, a[0], emitter_.cst(b, loc, 1.0)));
+                }),
+                Value()};
+    }
+
+    Stat combine(const Node &n, const std::vector<Stat> &stats, const Elementwise &f) {
+        std::vector<Value> bufs;
+        for (const Stat &st : stats) bufs.push_back(st.buf);
+        return {combine(n.axes, bufs, [&](OpBuilder &b, Location loc, ValueRange a) { return f(b, loc, values_of(b, loc, stats, a)); }), Value()};
+    }
+    Value count(const Node &n) { return emitter_.count(b_, loc_, n.over); }
+
+    // A reduction's result (a buffer over its kept axes), computed once.
+    Stat reduce(const Node &n) {
+        if (auto it = red_.find(&n); it != red_.end()) return {it->second, Value()};
+        inputs_for(*n.args[0]);  // the reductions its operand reads come first
+        ScopedLoc at(loc_, node_loc(&ctx_, spec_, n, loc_));  // the reduction's ops carry its location
+        Stat r = ReductionAlgorithm<CpuLowerer>(*this, spec_).reduction(n);
+        if (r.divisor) r = combine(n, {r}, [](OpBuilder &, Location, ValueRange a) { return a[0]; });
+        red_[&n] = r.buf;
+        return r;
+    }
+};
+
+}  // namespace
+
+OwningOpRef<ModuleOp> lower_cpu(MLIRContext &ctx, const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule,
+                                const std::string &function) {
+    return CpuLowerer(ctx, spec, plan, schedule).run(function);
+}
+
+}  // namespace normgen::mlirgen

@@ -1,0 +1,289 @@
+// NormSpec -> MLIR for CUDA (lower.h): one gpu.func, a block per index of the plan's block axes,
+// the shared reduction algorithm (algorithm.h) with a statistic per block.
+#include "codegen/mlir/lower.h"
+
+#include "codegen/mlir/algorithm.h"
+#include "codegen/mlir/emit.h"
+#include "runtime/errors.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+namespace normgen::mlirgen {
+
+namespace {
+
+// ---- CUDA: one block per index of the block axes ---------------------------------------------------
+
+class CudaLowerer {
+public:
+    CudaLowerer(MLIRContext &ctx, const NormSpec &spec, const KernelPlan &kplan, const CudaPlan &plan)
+        : ctx_(ctx), spec_(spec), types_(kplan.types), full_(kplan.variant == Variant::Full), plan_(plan), b_(&ctx), loc_(NameLoc::get(StringAttr::get(&ctx, spec.name))),
+          acc_(element_type(ctx, spec.accumulate)), emitter_(spec, acc_, extent_f_) {}
+
+    OwningOpRef<ModuleOp> run(const std::string &function) {
+        OwningOpRef<ModuleOp> module = ModuleOp::create(loc_);
+        (*module)->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), b_.getUnitAttr());
+        b_.setInsertionPointToEnd(module->getBody());
+        auto gm = gpu::GPUModuleOp::create(b_, loc_, "normgen_cuda");
+        b_.setInsertionPointToStart(gm.getBody());
+
+        std::vector<Type> types;
+        std::vector<std::pair<std::string, std::vector<AxisId>>> args;  // name, atoms
+        for (const TensorInfo &t : spec_.tensors) {
+            args.push_back({t.name, spec_.memory_atoms(t.dims)});
+            types.push_back(MemRefType::get({ShapedType::kDynamic}, element_type(ctx_, types_.storage.at(t.name))));
+        }
+        for (const OutputInfo &o : spec_.outputs) {
+            if (o.optional && !full_) continue;
+            outs_.push_back(&o);
+            args.push_back({o.name, spec_.memory_atoms(o.dims)});
+            types.push_back(MemRefType::get({ShapedType::kDynamic}, element_type(ctx_, types_.storage.at(o.name))));
+        }
+        for (size_t i = 0; i < plan_.extent_axes.size(); ++i) types.push_back(b_.getIndexType());
+        bool welford = spec_.variance == VarianceAlgorithm::Welford && spec_.has_var_reduction();
+        SmallVector<Type> wg;
+        if (welford) {
+            auto ws = gpu::AddressSpaceAttr::get(&ctx_, gpu::AddressSpace::Workgroup);
+            for (int k = 0; k < 3; ++k) wg.push_back(MemRefType::get({plan_.block_threads}, acc_, MemRefLayoutAttrInterface(), ws));
+        }
+        auto fn = gpu::GPUFuncOp::create(b_, loc_, function, b_.getFunctionType(types, {}), wg);
+        fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
+        // The block size is fixed: the launcher uses it, and LLVM may rely on it.
+        fn.setKnownBlockSizeAttr(b_.getDenseI32ArrayAttr({plan_.block_threads, 1, 1}));
+        Block &entry = fn.getBody().front();
+        b_.setInsertionPointToStart(&entry);
+        for (size_t i = 0; i < args.size(); ++i) {
+            mem_.push_back(entry.getArgument((unsigned)i));
+            atoms_.push_back(args[i].second);
+        }
+        if (welford)
+            for (int k = 0; k < 3; ++k) wg_[k] = fn.getWorkgroupAttributions()[k];
+        ext_.assign(spec_.axes.size(), Value());
+        extent_f_.assign(spec_.axes.size(), Value());
+        for (size_t i = 0; i < plan_.extent_axes.size(); ++i) {
+            AxisId a = plan_.extent_axes[i];
+            ext_[a] = entry.getArgument((unsigned)(args.size() + i));
+            extent_f_[a] = index_to_float(b_, loc_, ext_[a], acc_);
+        }
+        tid_ = gpu::ThreadIdOp::create(b_, loc_, gpu::Dimension::x);
+        nthreads_ = index_cst(b_, loc_, plan_.block_threads);
+        Value bid = gpu::BlockIdOp::create(b_, loc_, gpu::Dimension::x);
+        Env env;
+        delinearize(b_, loc_, bid, plan_.block_axes, env);
+
+        for (size_t k = 0; k < outs_.size(); ++k) {
+            const OutputInfo &o = *outs_[k];
+            const Node &e = *spec_.values[o.value].expr;
+            ensure_reductions(e, env);
+            size_t ai = spec_.tensors.size() + k;
+            std::vector<AxisId> rest;
+            for (AxisId a : atoms_[ai])
+                if (!std::count(plan_.block_axes.begin(), plan_.block_axes.end(), a)) rest.push_back(a);
+            Type st = element_type(ctx_, types_.storage.at(o.name));
+            strided_loop(rest, {}, env, [&](OpBuilder &b, Location loc, const Env &env2, ValueRange) -> SmallVector<Value> {
+                Value v = convert(b, loc, eval(b, loc, e, env2), st);
+                memref::StoreOp::create(b, loc, v, mem_[ai], ValueRange{linear(b, loc, atoms_[ai], env2)});
+                return {};
+            });
+        }
+        gpu::ReturnOp::create(b_, loc_);
+        return module;
+    }
+
+private:
+    using Env = std::map<AxisId, Value>;
+    using Step = std::function<SmallVector<Value>(OpBuilder &, Location, const Env &, ValueRange)>;
+
+    MLIRContext &ctx_;
+    const NormSpec &spec_;
+    const KernelTypes &types_;
+    bool full_;
+    const CudaPlan &plan_;
+    OpBuilder b_;
+    Location loc_;
+    Type acc_;
+    std::vector<Value> mem_, ext_, extent_f_;
+    std::vector<std::vector<AxisId>> atoms_;
+    std::vector<const OutputInfo *> outs_;
+    Value tid_, nthreads_, wg_[3];
+    ExprEmitter emitter_;
+    std::map<const Node *, Value> red_;
+
+    // Axes in memory order (the first input's when it has them), so that consecutive threads touch
+    // consecutive elements.
+    std::vector<AxisId> memory_order(std::vector<AxisId> axes) const {
+        std::vector<AxisId> ref = spec_.tensors.empty() ? std::vector<AxisId>{} : spec_.memory_atoms(spec_.tensors[0].dims);
+        std::stable_sort(axes.begin(), axes.end(), [&](AxisId a, AxisId b) {
+            auto pa = std::find(ref.begin(), ref.end(), a) - ref.begin(), pb = std::find(ref.begin(), ref.end(), b) - ref.begin();
+            return pa < pb;
+        });
+        return axes;
+    }
+
+    void delinearize(OpBuilder &b, Location loc, Value i, const std::vector<AxisId> &axes, Env &env) const {
+        std::vector<AxisId> order = memory_order(axes);
+        for (auto it = order.rbegin(); it != order.rend(); ++it) {
+            if (it + 1 == order.rend()) {
+                env[*it] = i;
+                break;
+            }
+            env[*it] = arith::RemUIOp::create(b, loc, i, ext_[*it]);
+            i = arith::DivUIOp::create(b, loc, i, ext_[*it]);
+        }
+    }
+
+    Value linear(OpBuilder &b, Location loc, const std::vector<AxisId> &atoms, const Env &env) const {
+        Value idx = index_cst(b, loc, 0);
+        for (AxisId a : atoms) idx = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, idx, ext_[a]), env.at(a));
+        return idx;
+    }
+
+    Value product(OpBuilder &b, Location loc, const std::vector<AxisId> &axes) const {
+        Value p = index_cst(b, loc, 1);
+        for (AxisId a : axes) p = arith::MulIOp::create(b, loc, p, ext_[a]);
+        return p;
+    }
+
+    Value eval(OpBuilder &b, Location loc, const Node &e, const Env &env) {
+        std::map<int, Value> loaded;  // one load per tensor per evaluation
+        return emitter_.emit(b, loc, e, [&](OpBuilder &bb, Location ll, const Node &leaf) -> Value {
+            if (leaf.kind == Node::Reduce) return red_.at(&leaf);
+            Value &v = loaded[leaf.index];
+            if (!v) v = convert(bb, ll, memref::LoadOp::create(bb, ll, mem_[leaf.index], ValueRange{linear(bb, ll, atoms_[leaf.index], env)}), acc_);
+            return v;
+        });
+    }
+
+    // for (i = tid; i < prod(extents of axes); i += threads) { env + coords(i); step }
+    SmallVector<Value> strided_loop(const std::vector<AxisId> &axes, const SmallVector<Value> &init, const Env &env, const Step &step) {
+        Value total = product(b_, loc_, axes);
+        auto loop = scf::ForOp::create(b_, loc_, tid_, total, nthreads_, init, [&](OpBuilder &b, Location loc, Value iv, ValueRange acc) {
+            Env env2 = env;
+            delinearize(b, loc, iv, axes, env2);
+            SmallVector<Value> y = step(b, loc, env2, acc);
+            scf::YieldOp::create(b, loc, y);
+        });
+        return SmallVector<Value>(loop.getResults().begin(), loop.getResults().end());
+    }
+
+    Value all_reduce(Value v, gpu::AllReduceOperation op) {
+        return gpu::AllReduceOp::create(b_, loc_, v, gpu::AllReduceOperationAttr::get(&ctx_, op), true);
+    }
+
+    void ensure_reductions(const Node &e, const Env &env) {
+        Leaves leaves;
+        leaves.collect(spec_, e);
+        for (const Node *l : leaves.nodes)
+            if (l->kind == Node::Reduce) reduce(*l, env);
+    }
+
+public:
+    // ---- The strategy of the shared algorithm (algorithm.h): a statistic is one value per block,
+    // each sweep a strided loop of the block's threads and a gpu.all_reduce per term.
+    using Stat = Value;
+
+    std::vector<Value> sweep(const Node &n, const std::vector<Value> &stats, const std::vector<Term> &terms) {
+        const Node &arg = *n.args[0];
+        SmallVector<Value> init(terms.size(), emitter_.cst(b_, loc_, 0.0));
+        SmallVector<Value> part = strided_loop(n.over, init, *env_, [&](OpBuilder &b, Location loc, const Env &e2, ValueRange acc) -> SmallVector<Value> {
+            Value v = eval(b, loc, arg, e2);
+            SmallVector<Value> y;
+            for (size_t t = 0; t < terms.size(); ++t) y.push_back(arith::AddFOp::create(b, loc, acc[t], terms[t](b, loc, v, ValueRange(stats))));
+            return y;
+        });
+        std::vector<Value> r;
+        for (Value p : part) r.push_back(all_reduce(p, gpu::AllReduceOperation::ADD));
+        return r;
+    }
+
+    // The shift of a mean: the mean of the first min(64, extent) elements along the innermost
+    // reduced axis (every thread computes it; the loads are shared through the cache).
+    Value shift(const Node &n) {
+        Value m = arith::MinUIOp::create(b_, loc_, ext_[n.over.back()], index_cst(b_, loc_, 64));
+        Env env0 = *env_;
+        for (AxisId a : n.over) env0[a] = index_cst(b_, loc_, 0);
+        auto loop = scf::ForOp::create(b_, loc_, index_cst(b_, loc_, 0), m, index_cst(b_, loc_, 1), ValueRange{emitter_.cst(b_, loc_, 0.0)},
+                                       [&](OpBuilder &b, Location loc, Value iv, ValueRange acc) {
+                                           Env e2 = env0;
+                                           e2[n.over.back()] = iv;
+                                           Value s = arith::AddFOp::create(b, loc, acc[0], eval(b, loc, *n.args[0], e2));
+                                           scf::YieldOp::create(b, loc, ValueRange{s});
+                                       });
+        return arith::DivFOp::create(b_, loc_, loop.getResult(0), index_to_float(b_, loc_, m, acc_));
+    }
+
+    Value extreme(const Node &n, bool is_max) {
+        const Node &arg = *n.args[0];
+        Value part = strided_loop(n.over, {emitter_.cst(b_, loc_, is_max ? -INFINITY : INFINITY)}, *env_,
+                                  [&](OpBuilder &b, Location loc, const Env &e2, ValueRange acc) -> SmallVector<Value> {
+                                      Value v = eval(b, loc, arg, e2);
+                                      if (is_max) return {arith::MaximumFOp::create(b, loc, acc[0], v)};
+                                      return {arith::MinimumFOp::create(b, loc, acc[0], v)};
+                                  })[0];
+        return all_reduce(part, is_max ? gpu::AllReduceOperation::MAXIMUMF : gpu::AllReduceOperation::MINIMUMF);
+    }
+
+    // Per thread a serial Welford; the triples meet in workgroup memory and every thread merges
+    // them in the same order (Chan et al.), so all hold the same result.
+    Value welford(const Node &n) {
+        const Node &arg = *n.args[0];
+        const Env &env = *env_;
+        Value z = emitter_.cst(b_, loc_, 0.0);
+        SmallVector<Value> t = strided_loop(n.over, {z, z, z}, env, [&](OpBuilder &b, Location loc, const Env &e2, ValueRange acc) -> SmallVector<Value> {
+            auto s = welford_step(b, loc, emitter_, {acc[0], acc[1], acc[2]}, eval(b, loc, arg, e2));
+            return {s[0], s[1], s[2]};
+        });
+        for (int k = 0; k < 3; ++k) memref::StoreOp::create(b_, loc_, t[k], wg_[k], ValueRange{tid_});
+        gpu::BarrierOp::create(b_, loc_);
+        auto loop = scf::ForOp::create(b_, loc_, index_cst(b_, loc_, 0), nthreads_, index_cst(b_, loc_, 1), ValueRange{z, z, z},
+                                       [&](OpBuilder &b, Location loc, Value iv, ValueRange acc) {
+                                           std::array<Value, 3> y;
+                                           for (int k = 0; k < 3; ++k) y[k] = memref::LoadOp::create(b, loc, wg_[k], ValueRange{iv});
+                                           auto m = chan_merge(b, loc, emitter_, {acc[0], acc[1], acc[2]}, y);
+                                           scf::YieldOp::create(b, loc, ValueRange{m[0], m[1], m[2]});
+                                       });
+        gpu::BarrierOp::create(b_, loc_);  // before the next Welford reuses the memory
+        Value c = arith::MaximumFOp::create(b_, loc_, loop.getResult(0), emitter_.cst(b_, loc_, 1.0));
+        return arith::DivFOp::create(b_, loc_, loop.getResult(2), c);
+    }
+
+    Value combine(const Node &, const std::vector<Value> &stats, const Elementwise &f) { return f(b_, loc_, ValueRange(stats)); }
+    Value count(const Node &n) { return emitter_.count(b_, loc_, n.over); }
+    Value reduce(const Node &n) { return reduce(n, *env_); }
+
+    Value reduce(const Node &n, const Env &env) {
+        if (auto it = red_.find(&n); it != red_.end()) return it->second;
+        ensure_reductions(*n.args[0], env);
+        ScopedLoc at(loc_, node_loc(&ctx_, spec_, n, loc_));  // the reduction's ops carry its location
+        const Env *saved = env_;
+        env_ = &env;
+        Value r = ReductionAlgorithm<CudaLowerer>(*this, spec_).reduction(n);
+        env_ = saved;
+        red_[&n] = r;
+        return r;
+    }
+
+private:
+    const Env *env_ = nullptr;  // the block's coordinates while a reduction is emitted
+};
+
+}  // namespace
+
+CudaPlan cuda_plan(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule) {
+    if (!plan.cuda_refusal.empty()) throw UserError(plan.cuda_refusal);
+    CudaPlan p;
+    p.block_axes = plan.cuda_block_axes;
+    for (size_t a = 0; a < spec.axes.size(); ++a)
+        if (!spec.axes[a].is_split()) p.extent_axes.push_back((AxisId)a);
+    p.block_threads = (int)schedule.get("block_threads");
+    return p;
+}
+
+OwningOpRef<ModuleOp> lower_cuda(MLIRContext &ctx, const NormSpec &spec, const KernelPlan &plan, const CudaPlan &cuda,
+                                 const std::string &function) {
+    return CudaLowerer(ctx, spec, plan, cuda).run(function);
+}
+
+}  // namespace normgen::mlirgen

@@ -1,0 +1,141 @@
+// The tools' shared structure as a user meets it: `describe --plan`, schedule records on the
+// command line, one exit-code policy for every executable, valid JSON from `verify --json`,
+// `compile`/`run`/`merge` with either backend.
+#include "normgen_cli.h"
+
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+namespace fs = std::filesystem;
+using normgen::testing::normgen_cli;
+using normgen::testing::Result;
+
+namespace {
+
+std::string src(const std::string &rel) { return std::string(NORMGEN_SOURCE_DIR) + "/" + rel; }
+
+fs::path fresh_dir(const std::string &tag) {
+    static std::mt19937_64 rng(std::random_device{}());
+    return fs::temp_directory_path() / ("normgen-structure-" + tag + "-" + std::to_string(rng()));
+}
+
+Result tool(const std::string &exe, const std::string &args) {
+    std::string cmd = std::string(NORMGEN_BINARY_DIR) + "/bin/" + exe + " " + args + " 2>&1";
+    FILE *p = popen(cmd.c_str(), "r");
+    REQUIRE(p);
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    int status = pclose(p);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+}  // namespace
+
+TEST_CASE("describe --plan prints the plan of each variant, as text and as JSON", "[cli][plan]") {
+    Result t = normgen_cli("describe " + src("dsl/catalog/layer_norm.norm") + " --plan");
+    INFO(t.out);
+    REQUIRE(t.code == 0);
+    CHECK(t.out.find("plan layer_norm (f32, core)") != std::string::npos);
+    CHECK(t.out.find("plan layer_norm (f32, full)") != std::string::npos);
+    CHECK(t.out.find("layout: row (the reductions cover the trailing block (d)") != std::string::npos);
+    Result j = normgen_cli("describe " + src("dsl/catalog/group_norm_nhwc.norm") + " --plan --json --dtype bf16");
+    REQUIRE(j.code == 0);
+    nlohmann::json doc = nlohmann::json::parse(j.out);
+    CHECK(doc["layer"] == "group_norm_nhwc");
+    REQUIRE(doc["plans"].size() == 1);
+    CHECK(doc["plans"][0]["layout"] == "root");
+    CHECK(doc["plans"][0]["args"][0]["dtype"] == "bf16");
+    CHECK(doc["plans"][0]["args"][0]["memory_order"] == nlohmann::json::array({"n", "h", "w", "g", "cg"}));
+    CHECK(normgen_cli("describe " + src("dsl/catalog/layer_norm.norm") + " --json").code == 1);  // --json goes with --plan
+}
+
+TEST_CASE("a bad schedule knob is a user error naming the knob, in every command that takes one", "[cli][schedule]") {
+    const std::string ln = src("dsl/catalog/layer_norm.norm");
+    fs::path out = fresh_dir("sched");
+    for (const std::string &cmd : {"verify " + ln + " --dtype f32 --target host --quick --schedule vector_widht=8",
+                                   "compile " + ln + " -o " + out.string() + " --schedule vector_widht=8",
+                                   "verify " + ln + " --backend mlir --dtype f32 --quick --schedule vector_width=8"}) {
+        Result r = normgen_cli(cmd);
+        INFO(cmd << "\n" << r.out);
+        CHECK(r.code != 0);
+        CHECK(r.out.find("has no knob") != std::string::npos);
+    }
+    CHECK_FALSE(fs::exists(out / "manifest.json"));  // nothing written on a bad call
+    Result ok = normgen_cli("verify " + ln + " --dtype f32 --target host --quick --schedule row_accumulators=1,sum_block=8");
+    INFO(ok.out);
+    CHECK(ok.code == 0);
+}
+
+TEST_CASE("every executable maps a user's mistake to exit 1 and says internal errors are bugs", "[cli]") {
+    Result g = tool("normgen-gen", "compile " + src("dsl/catalog/rms_norm.norm") + " --target nonsense --out /tmp --fragment /tmp/x.json");
+    INFO(g.out);
+    CHECK(g.code == 1);
+    CHECK(g.out.find("unknown target 'nonsense'") != std::string::npos);
+    CHECK(g.out.find("internal error") == std::string::npos);
+    Result m = tool("normgen-mlir", "frobnicate");
+    CHECK(m.code == 1);
+    CHECK(m.out.find("(see normgen-mlir --help)") != std::string::npos);
+    Result n = normgen_cli("frobnicate");
+    CHECK(n.code == 1);
+}
+
+TEST_CASE("verify --json is valid JSON even when a message spans lines", "[cli]") {
+    // A declaration the CUDA plan cannot take is fine for the CPU; here a kernel that fails to
+    // compile (the MLIR CPU ABI takes at most 16 tensors) puts a multi-part message in the JSON.
+    fs::path dir = fresh_dir("json");
+    fs::create_directories(dir);
+    std::string decl = "norm wide(x: [r, d]) -> y {\n";
+    for (int i = 0; i < 17; ++i) decl += "  param p" + std::to_string(i) + ": [d]\n";
+    decl += "  y = x";
+    for (int i = 0; i < 17; ++i) decl += " + p" + std::to_string(i);
+    decl += "\n}\n";
+    std::ofstream(dir / "wide.norm") << decl;
+    Result r = normgen_cli("verify " + (dir / "wide.norm").string() + " --backend mlir --dtype f32 --quick --json");
+    INFO(r.out);
+    CHECK(r.code == 1);
+    std::string json = r.out.substr(r.out.find('{'));
+    nlohmann::json doc = nlohmann::json::parse(json);  // throws on invalid JSON
+    CHECK(doc["failed"].get<int>() >= 1);
+    CHECK(doc["cases"][0]["problem"].get<std::string>().find("at most 16") != std::string::npos);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("compile with --backend mlir and halide; merge joins two compiles", "[cli][mlir]") {
+    fs::path dir = fresh_dir("mlir");
+    const std::string rms = src("dsl/catalog/rms_norm.norm");
+    Result c = normgen_cli("compile " + rms + " --backend mlir --dtype f32,bf16 -o " + (dir / "m").string());
+    INFO(c.out);
+    REQUIRE(c.code == 0);
+    CHECK(fs::exists(dir / "m" / "rms_norm.mlir.a"));
+    CHECK(fs::exists(dir / "m" / "halide_runtime.o"));
+    nlohmann::json m = nlohmann::json::parse(std::ifstream(dir / "m" / "manifest.json"));
+    REQUIRE(m["kernels"].size() == 4);  // f32, bf16 x core, full
+    CHECK(m["kernels"][0]["backend"] == "mlir");
+    CHECK(m["kernels"][0]["schedule"]["kind"] == "mlir-cpu");
+    Result h = normgen_cli("compile " + rms + " --dtype f32 --target x86-64-avx2 -o " + (dir / "h").string() + " --schedule row_accumulators=2");
+    INFO(h.out);
+    REQUIRE(h.code == 0);
+    nlohmann::json hm = nlohmann::json::parse(std::ifstream(dir / "h" / "manifest.json"));
+    CHECK(hm["kernels"][0]["schedule"]["knobs"]["row_accumulators"] == 2);
+    CHECK(hm["kernels"][0]["library"] == "rms_norm.a");
+    Result merged = normgen_cli("merge --manifest " + (dir / "all.json").string() + " --table " + (dir / "table.cpp").string() + " " +
+                                (dir / "m" / "manifest.json").string() + " " + (dir / "h" / "manifest.json").string());
+    INFO(merged.out);
+    REQUIRE(merged.code == 0);
+    nlohmann::json all = nlohmann::json::parse(std::ifstream(dir / "all.json"));
+    CHECK(all["kernels"].size() == 6);
+    CHECK(all["kernels"][0]["library"] == "m/rms_norm.mlir.a");  // relative to the merged manifest
+    Result twice = normgen_cli("merge --manifest " + (dir / "x.json").string() + " --table " + (dir / "x.cpp").string() + " " +
+                               (dir / "h" / "manifest.json").string() + " " + (dir / "h" / "manifest.json").string());
+    CHECK(twice.code == 1);
+    CHECK(twice.out.find("comes from two inputs") != std::string::npos);
+
+    fs::remove_all(dir);
+}

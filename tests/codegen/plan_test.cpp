@@ -1,0 +1,137 @@
+// KernelPlan: each catalog layer's layout class, main output, stages, split axes, CUDA blocks and
+// kernel list, pinned; and the facts the consumers rely on (ABI order, variants).
+#include "codegen/common/kernel_plan.h"
+#include "dsl/checker.h"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <map>
+
+using namespace normgen;
+
+namespace {
+
+std::string catalog(const std::string &layer) { return std::string(NORMGEN_SOURCE_DIR) + "/dsl/catalog/" + layer + ".norm"; }
+
+std::string names(const NormSpec &spec, const std::vector<AxisId> &axes) {
+    std::string s;
+    for (AxisId a : axes) s += (s.empty() ? "" : ",") + spec.axes[a].name;
+    return s;
+}
+
+struct Expected {
+    LayoutClass core, full;  // the layout of the core and the full variant (the same without optional outputs)
+    std::string main, rows, split, cuda_blocks;  // of the core variant
+    std::vector<std::string> full_outputs;       // the main kernel's outputs in the widest variant
+};
+
+}  // namespace
+
+TEST_CASE("every catalog layer's plan: layout class, rows, split axes, CUDA blocks, kernels", "[plan]") {
+    using L = LayoutClass;
+    // A full kernel's saved statistics are not shaped like y, so it takes the root layout (the row
+    // schedule would have to recompute them): LayerNorm's full kernel is slower than its core one.
+    const std::map<std::string, Expected> want{
+        {"batch_norm_eval", {L::Map, L::Map, "y", "n,c,h", "n,c,h,w", "n,c,h", {"y"}}},
+        {"batch_norm_train", {L::Root, L::Root, "y", "", "c", "c", {"y", "running_mean_out", "running_var_out", "mu", "rstd"}}},
+        {"deepnorm", {L::Row, L::Row, "y", "rows", "rows", "rows", {"y"}}},
+        {"dyt", {L::Map, L::Map, "y", "rows", "rows,d", "rows", {"y"}}},
+        {"fused_add_rms_norm", {L::Row, L::Row, "h", "rows", "rows", "rows", {"h", "y"}}},  // h: the first of two same-shaped outputs
+        {"group_norm_nchw", {L::Row, L::Row, "y", "n,g", "n,g", "n,g", {"y"}}},
+        {"group_norm_nhwc", {L::Root, L::Root, "y", "", "n,g", "n,g", {"y"}}},
+        {"instance_norm", {L::Row, L::Row, "y", "n,c", "n,c", "n,c", {"y"}}},
+        {"layer_norm", {L::Row, L::Root, "y", "rows", "rows", "rows", {"y", "mu", "rstd"}}},
+        {"layer_norm_eps_outside_root", {L::Row, L::Row, "y", "rows", "rows", "rows", {"y"}}},
+        {"layer_norm_last_two_axes", {L::Row, L::Row, "y", "n", "n", "n", {"y"}}},
+        {"layer_norm_no_affine", {L::Row, L::Row, "y", "rows", "rows", "rows", {"y"}}},
+        {"layer_norm_weight_only", {L::Row, L::Row, "y", "rows", "rows", "rows", {"y"}}},
+        {"qk_norm", {L::Row, L::Row, "y", "b,t,heads", "b,t,heads", "b,t,heads", {"y"}}},
+        {"rms_norm", {L::Row, L::Root, "y", "rows", "rows", "rows", {"y", "rstd"}}},
+        {"rms_norm_gemma", {L::Row, L::Row, "y", "rows", "rows", "rows", {"y"}}},
+        {"sandwich_norm", {L::Row, L::Row, "h", "rows", "rows", "rows", {"h", "y"}}},
+        {"scale_norm", {L::Row, L::Row, "y", "rows", "rows", "rows", {"y"}}},
+    };
+    size_t files = 0;
+    for (const auto &entry : std::filesystem::directory_iterator(std::string(NORMGEN_SOURCE_DIR) + "/dsl/catalog")) {
+        if (entry.path().extension() != ".norm") continue;
+        ++files;
+        NormSpec spec = load_norm_file(entry.path().string());
+        INFO(spec.name);
+        auto it = want.find(spec.name);
+        REQUIRE(it != want.end());  // a new catalog layer gets its row here
+        const Expected &x = it->second;
+        KernelPlan p = make_plan(spec, DType::F32, Variant::Core), f = make_plan(spec, DType::F32, variants_of(spec).back());
+        INFO(plan_text(spec, p));
+        CHECK(p.layout == x.core);
+        CHECK(f.layout == x.full);
+        CHECK_FALSE(p.layout_reason.empty());
+        CHECK(spec.outputs[p.main_output].name == x.main);
+        CHECK(names(spec, std::vector<AxisId>(p.main_order.begin(), p.main_order.begin() + p.row_axes)) == x.rows);
+        CHECK(names(spec, p.split_axes) == x.split);
+        CHECK(p.cuda_refusal.empty());
+        CHECK(names(spec, p.cuda_block_axes) == x.cuda_blocks);
+        REQUIRE(f.kernels.size() == 1);
+        CHECK(f.kernels[0].role == "main");
+        CHECK(f.kernels[0].outputs == x.full_outputs);
+        // The ABI: inputs and params in declaration order, then the variant's outputs.
+        REQUIRE(f.args.size() == spec.tensors.size() + x.full_outputs.size());
+        for (size_t i = 0; i < spec.tensors.size(); ++i) CHECK(f.args[i].name == spec.tensors[i].name);
+        // Stages keep what the declaration derives.
+        CHECK(p.stages.size() == spec.stages.size());
+    }
+    CHECK(files == want.size());
+}
+
+TEST_CASE("variants: core drops the optional outputs, full keeps them; layers without any have core only", "[plan]") {
+    NormSpec ln = load_norm_file(catalog("layer_norm"));
+    REQUIRE(variants_of(ln) == std::vector<Variant>{Variant::Core, Variant::Full});
+    KernelPlan core = make_plan(ln, DType::BF16, Variant::Core), full = make_plan(ln, DType::BF16, Variant::Full);
+    CHECK(core.outputs().size() == 1);
+    CHECK(full.outputs().size() == 3);
+    CHECK(full.outputs()[1]->optional);
+    CHECK(core.args[0].dtype == DType::BF16);
+    NormSpec nhwc = load_norm_file(catalog("group_norm_nhwc"));
+    CHECK(variants_of(nhwc) == std::vector<Variant>{Variant::Core});
+}
+
+TEST_CASE("the plan of GroupNorm NCHW passes c as (g, cg) and reduces (cg, h, w) in one stage", "[plan]") {
+    NormSpec spec = load_norm_file(catalog("group_norm_nchw"));
+    KernelPlan p = make_plan(spec, DType::F32, Variant::Core);
+    CHECK(names(spec, p.args[0].atoms) == "n,g,cg,h,w");
+    REQUIRE_FALSE(p.stages.empty());
+    CHECK(names(spec, p.stages[0].reduced) == "cg,h,w");
+    CHECK(names(spec, p.stages[0].independent) == "n,g");
+    // (h, w) travel together in x and y, and no statistic varies along them (mu, rstd are per (n, g)).
+    CHECK(p.inner_pair_fusable);
+}
+
+TEST_CASE("BatchNorm eval: the two innermost axes travel together", "[plan]") {
+    NormSpec spec = load_norm_file(catalog("batch_norm_eval"));
+    CHECK(make_plan(spec, DType::F32, Variant::Core).inner_pair_fusable);
+}
+
+TEST_CASE("a declaration the CUDA plan cannot take is refused at the reduction that breaks it", "[plan]") {
+    NormSpec spec = load_norm_text("nested.norm", R"(norm nested(x: [a, b]) -> y {
+  m = mean(x, over: b)
+  mm = mean(m, over: a)
+  y = x - mm
+}
+)");
+    KernelPlan p = make_plan(spec, DType::F32, Variant::Core);
+    CHECK_THAT(p.cuda_refusal, Catch::StartsWith("nested.norm:2:"));
+    CHECK_THAT(p.cuda_refusal, Catch::Contains("keeps axis 'a'"));
+    CHECK(p.layout == LayoutClass::Root);
+}
+
+TEST_CASE("plan_json carries what describe --plan prints", "[plan]") {
+    NormSpec spec = load_norm_file(catalog("group_norm_nhwc"));
+    KernelPlan p = make_plan(spec, DType::F32, Variant::Core);
+    nlohmann::json j = plan_json(spec, p);
+    CHECK(j["layout"] == "root");
+    CHECK(j["variant"] == "core");
+    CHECK(j["main_output"] == "y");
+    CHECK(j["stages"][0]["reduces"] == nlohmann::json::array({"h", "w", "cg"}));
+    CHECK(j["kernels"][0]["role"] == "main");
+    CHECK(plan_text(spec, p).find("layout: root") != std::string::npos);
+}
