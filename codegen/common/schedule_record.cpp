@@ -176,6 +176,12 @@ ScheduleRecord choose_schedule(const KernelPlan &plan, ScheduleKind kind, Isa is
     return r;
 }
 
+void check_schedule_overrides(ScheduleKind kind, const std::string &spec) {
+    if (spec.empty()) return;
+    ScheduleRecord probe(kind);
+    apply_schedule_overrides(probe, spec);
+}
+
 void apply_schedule_overrides(ScheduleRecord &rec, const std::string &spec) {
     namespace fs = std::filesystem;
     std::error_code ec;

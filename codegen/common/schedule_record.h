@@ -63,4 +63,8 @@ ScheduleRecord choose_schedule(const KernelPlan &plan, ScheduleKind kind, Isa is
 // kind does not have are refused, naming the knob and listing the kind's knobs.
 void apply_schedule_overrides(ScheduleRecord &rec, const std::string &spec);
 
+// Refuses (UserError) overrides a record of `kind` would refuse: for checking a command line before
+// anything is compiled or written.
+void check_schedule_overrides(ScheduleKind kind, const std::string &spec);
+
 }  // namespace normgen

@@ -1,17 +1,18 @@
 // normgen: the command-line driver. Each subcommand is one step of the pipeline
 //   .norm --parse--> AST --check--> NormSpec --(reference | backends)--> outputs
 // Exit codes: 0 success, 1 user error (bad declaration, bad input), 2 internal error (a normgen bug).
-#include "codegen/driver/catalog_table.h"
-#include "codegen/driver/describe.h"
-#include "codegen/tool/options.h"
-#include "codegen/driver/report.h"
-#include "codegen/tool/tool_main.h"
-#include "codegen/tool/run_cmd.h"
-#include "codegen/tool/verify_cmd.h"
 #include "codegen/common/kernel_plan.h"
 #include "codegen/common/manifest.h"
+#include "codegen/common/schedule_record.h"
+#include "codegen/driver/catalog_table.h"
+#include "codegen/driver/describe.h"
+#include "codegen/driver/report.h"
 #include "codegen/halide/aot.h"
 #include "codegen/halide/jit.h"
+#include "codegen/tool/options.h"
+#include "codegen/tool/run_cmd.h"
+#include "codegen/tool/tool_main.h"
+#include "codegen/tool/verify_cmd.h"
 #include "dsl/checker.h"
 #include "dsl/printer.h"
 #include "runtime/errors.h"
@@ -233,6 +234,7 @@ int cmd_compile(const std::vector<std::string> &args) {
     if (targets.empty()) throw Usage("--target: give at least one target");
     if (archive.find('/') != std::string::npos) throw Usage("--archive: a file name inside -o DIR, not a path");
     NormSpec spec = load_norm_file(file);  // a bad declaration is refused before anything is written
+    check_schedule_overrides(backend == "mlir" ? ScheduleKind::MlirCpu : ScheduleKind::HalideCpu, schedule);
     if (backend == "mlir") {
         if (targets_given && (targets.size() != 1 || targets[0] != "host"))
             throw Usage("compile: the mlir backend compiles for target 'host' (mlir-cpu)");

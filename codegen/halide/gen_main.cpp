@@ -28,6 +28,7 @@ int run(const std::vector<std::string> &args) {
         if (g.files.size() != 1 || g.out.empty() || g.fragment.empty()) throw Usage("compile FILE --out DIR --fragment F.json");
         NormSpec spec = load_norm_file(g.files[0]);
         for (const std::string &t : g.targets) hl::parse_target(t);  // a bad target is a user error, before any work
+        check_schedule_overrides(ScheduleKind::HalideCpu, g.schedule);
         hl::AotRequest req{g.source.empty() ? g.files[0] : g.source, g.dtypes, g.targets, g.out, g.archive, g.schedule};
         json entries = hl::compile_halide_kernels(spec, req);
         write_file_atomically(g.fragment, entries.dump(1) + "\n");

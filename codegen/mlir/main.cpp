@@ -123,6 +123,8 @@ int run(std::vector<std::string> args) {
         if (g.cuda && cuda_root.empty()) throw Usage("compile --cuda: no CUDA toolkit (give --cuda-root DIR)");
         const std::string &file = g.files[0];
         NormSpec spec = load_norm_file(file);
+        check_schedule_overrides(ScheduleKind::MlirCpu, g.schedule);  // before anything is written
+        check_schedule_overrides(ScheduleKind::MlirCuda, g.cuda_schedule);
         mlirgen::AotRequest req{g.source.empty() ? file : g.source, g.dtypes, g.out, g.archive, g.cpu, g.cuda, cuda_root, g.schedule, g.cuda_schedule};
         nlohmann::json entries = mlirgen::compile_kernels(spec, req);
         if (!g.fragment.empty()) write_file_atomically(g.fragment, entries.dump(1) + "\n");

@@ -67,16 +67,19 @@ TEST_CASE("a bad schedule knob is a user error naming the knob, in every command
         CHECK(r.code != 0);
         CHECK(r.out.find("has no knob") != std::string::npos);
     }
-    CHECK_FALSE(fs::exists(out / "manifest.json"));  // nothing written on a bad call
+    CHECK_FALSE(fs::exists(out));  // nothing written on a bad call
     Result ok = normgen_cli("verify " + ln + " --dtype f32 --target host --quick --schedule row_accumulators=1,sum_block=8");
     INFO(ok.out);
     CHECK(ok.code == 0);
 }
 
 TEST_CASE("every executable maps a user's mistake to exit 1 and says internal errors are bugs", "[cli]") {
-    Result g = tool("normgen-gen", "compile " + src("dsl/catalog/rms_norm.norm") + " --target nonsense --out /tmp --fragment /tmp/x.json");
+    fs::path out = fresh_dir("gen");
+    Result g = tool("normgen-gen", "compile " + src("dsl/catalog/rms_norm.norm") + " --target nonsense --out " + out.string() +
+                                       " --fragment " + (out / "x.json").string());
     INFO(g.out);
     CHECK(g.code == 1);
+    CHECK_FALSE(fs::exists(out));  // refused before anything is written
     CHECK(g.out.find("unknown target 'nonsense'") != std::string::npos);
     CHECK(g.out.find("internal error") == std::string::npos);
     Result m = tool("normgen-mlir", "frobnicate");
