@@ -231,9 +231,10 @@ KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant) {
             reductions.push_back(n);
             ps.reduced.insert(ps.reduced.end(), n->over.begin(), n->over.end());
             ps.independent.insert(ps.independent.end(), n->axes.begin(), n->axes.end());
+            ps.blocked.push_back(n->over.back());
         }
         if (ps.reductions.empty()) continue;
-        for (AxisSet *v : {&ps.reduced, &ps.independent}) {
+        for (AxisSet *v : {&ps.reduced, &ps.independent, &ps.blocked}) {
             std::sort(v->begin(), v->end());
             v->erase(std::unique(v->begin(), v->end()), v->end());
         }
@@ -296,7 +297,7 @@ json plan_json(const NormSpec &spec, const KernelPlan &p) {
         json r = json::array();
         for (const NodePtr &n : s.reductions) r.push_back(print_expr(spec, *n));
         stages.push_back({{"stage", s.index}, {"reduces", axis_names_json(spec, s.reduced)}, {"keeps", axis_names_json(spec, s.independent)},
-                          {"reductions", r}});
+                          {"blocked", axis_names_json(spec, s.blocked)}, {"reductions", r}});
     }
     j["stages"] = stages;
     j["main_output"] = spec.outputs[p.main_output].name;
@@ -326,7 +327,8 @@ std::string plan_text(const NormSpec &spec, const KernelPlan &p) {
     }
     if (p.stages.empty()) os << "  stages: none\n";
     for (const PlanStage &s : p.stages) {
-        os << "  stage " << s.index << ": reduces [" << names_of(spec, s.reduced) << "], keeps [" << names_of(spec, s.independent) << "]:";
+        os << "  stage " << s.index << ": reduces [" << names_of(spec, s.reduced) << "], keeps [" << names_of(spec, s.independent)
+           << "], blocked along [" << names_of(spec, s.blocked) << "]:";
         for (size_t i = 0; i < s.reductions.size(); ++i) os << (i ? "," : "") << " " << print_expr(spec, *s.reductions[i]);
         os << "\n";
     }

@@ -5,7 +5,8 @@
 //
 //   args        the kernel ABI: inputs and params (NormSpec::tensors order), then the variant's
 //               outputs; each with its storage type and its atomic axes in memory order
-//   stages      per reduction stage, the axes it reduces and the axes its statistics keep
+//   stages      per reduction stage, the axes it reduces, the axes its statistics keep, and the axes
+//               its sums are blocked along
 //   main output the output with the most axes (y): its memory order is the loop nest
 //   layout      map (no reduction), row (the reductions cover a trailing block of the main output's
 //               memory order: statistics per row while the row is in cache) or root (some reduction
@@ -68,6 +69,8 @@ struct PlanStage {
     int index = 0;                    // 1-based, as NormSpec::stages
     AxisSet reduced;                  // the union of its reductions' axes
     AxisSet independent;              // the union of its statistics' axes
+    AxisSet blocked;                  // the axes its sums are blocked along (each reduction's innermost
+                                      // reduced axis: split into blocks of the schedule's sum_block)
     std::vector<NodePtr> reductions;  // those the kernel computes (reached from its outputs)
 };
 

@@ -102,6 +102,7 @@ TEST_CASE("the plan of GroupNorm NCHW passes c as (g, cg) and reduces (cg, h, w)
     REQUIRE_FALSE(p.stages.empty());
     CHECK(names(spec, p.stages[0].reduced) == "cg,h,w");
     CHECK(names(spec, p.stages[0].independent) == "n,g");
+    CHECK(names(spec, p.stages[0].blocked) == "w");  // the innermost reduced axis
     // (h, w) travel together in x and y, and no statistic varies along them (mu, rstd are per (n, g)).
     CHECK(p.inner_pair_fusable);
 }
