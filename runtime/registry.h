@@ -18,7 +18,8 @@
 //         "split": {"axes": [...], "dims": [[...]]},  // MLIR CPU: runtime/mlir_abi.h
 //         "schedule": {"kind": "halide-cpu", "knobs": {...}},  // the schedule record
 //         "schedule_text": "row schedule: ...",              // what it did, in words
-//         "library": "<file>.a", "header": "<file>.h",
+//         "library": "kernels/layer_norm.halide.a",   // the archive holding it (one per .norm file and backend)
+//         "header": "kernels/<function>.h",            // file paths are relative to the manifest's folder
 //         "args": [ { "name": "x", "role": "input" | "param" | "output", "dtype": "f32",
 //                     "dims": ["rows", "d"],         // declared axes, memory order, outermost first
 //                     "buffer_dims": ["d", "rows"],  // halide_buffer_t dims, innermost first, atomic axes
