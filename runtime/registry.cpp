@@ -347,10 +347,8 @@ const Registry::Kernel *Registry::select(const std::string &layer, DType dtype, 
                                          Backend backend) const {
     auto spec = this->spec(layer);
     if (!spec) return nullptr;
-    bool has_optional = false;
-    for (const OutputInfo &o : spec->outputs) has_optional = has_optional || o.optional;
     // A layer without optional outputs has only a core kernel, and it writes every output.
-    const Variant variant = need_optional_outputs && has_optional ? Variant::Full : Variant::Core;
+    const Variant variant = need_optional_outputs && has_optional_outputs(*spec) ? Variant::Full : Variant::Core;
     auto rank = [](Isa i) { return i == Isa::Avx512 ? 2 : i == Isa::Avx2 ? 1 : 0; };
     const Kernel *best = nullptr;
     for (const auto &k : kernels_) {

@@ -55,8 +55,7 @@ int run(const std::vector<std::string> &a) {
     NormSpec spec = load_norm_file(file);
     Halide::Target t = hl::parse_target("host").with_feature(Halide::Target::NoRuntime).without_feature(Halide::Target::JIT);
     KernelPlan plan = make_plan(spec, dtype, Variant::Core);
-    ScheduleRecord record = choose_schedule(plan, ScheduleKind::HalideCpu, hl::isa_of(t));
-    if (!schedule.empty()) apply_schedule_overrides(record, schedule);
+    ScheduleRecord record = choose_schedule(plan, ScheduleKind::HalideCpu, hl::isa_of(t), schedule);
     hl::LoweredPipeline p = hl::lower_to_halide(spec, plan, record);
     std::string text = hl::schedule_cpu(p, spec, plan, record);
     std::string fn = "lab__" + variant + "__" + spec.name + "__" + dtype_name(dtype);

@@ -23,27 +23,31 @@ const char *schedule_kind_name(ScheduleKind k) {
 }
 
 const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k) {
-    // Defaults live in choose_schedule (some depend on the plan or the ISA); the constructor uses
-    // the `min` of each range only as a placeholder and choose_schedule fills every knob.
+    // The defaults are what the lowerings did before schedules were data, measured (bench/README.md):
+    // four accumulator vectors per row reduction (LayerNorm 16384 x 768 f32: 14.2 -> 17.1 GB/s);
+    // blocks of 64 vectors per lane (one level left BatchNorm over 3 x 3 x 262144 f32 with rstd
+    // 1.4e-5 off); 16 Welford lanes = one AVX-512 vector of f32; MLIR's 256-element blocks (a
+    // straight shifted sum of a 262144-element row was 1e-6 off in its mean) and 512 KiB chunks
+    // (LayerNorm 32768 x 8192 13.0 -> 19.4 GB/s: the passes over a chunk hit L2).
     static const std::vector<KnobSpec> halide{
-        {"vector_width", 4, 64, false, true, "f32 lanes of every vectorized loop (default: the ISA's natural width, 16 on AVX-512, 8 on AVX2)"},
-        {"row_accumulators", 1, 16, false, false,
+        {"vector_width", 16, 4, 64, false, true, "f32 lanes of every vectorized loop (choose_schedule: 16 on AVX-512, 8 on AVX2)"},
+        {"row_accumulators", 4, 1, 16, false, false,
          "vectors of partial sums per reduction over one contiguous axis (independent add chains)"},
-        {"sum_block", 1, 4096, false, false, "vectors each lane adds before its partial sum moves to the next level (blocked sums)"},
-        {"welford_lanes", 1, 64, false, true, "interleaved Welford accumulators, merged by Chan's formula"},
-        {"welford_block", 1, 4096, false, false, "serial Welford steps per lane before a pairwise merge"},
-        {"min_task_elements", 1, int64_t(1) << 30, false, false, "rows are grouped so each parallel task touches at least this many elements"},
-        {"row_in_cache", 0, 1, true, false, "allow the row schedule (false: statistics first for every layer)"},
-        {"fuse_inner_pair", 0, 1, true, false, "run the two innermost axes as one loop when the plan allows it (BatchNorm's h, w)"},
+        {"sum_block", 64, 1, 4096, false, false, "vectors each lane adds before its partial sum moves to the next level (blocked sums)"},
+        {"welford_lanes", 16, 1, 64, false, true, "interleaved Welford accumulators, merged by Chan's formula"},
+        {"welford_block", 64, 1, 4096, false, false, "serial Welford steps per lane before a pairwise merge"},
+        {"min_task_elements", 16384, 1, int64_t(1) << 30, false, false, "rows are grouped so each parallel task touches at least this many elements"},
+        {"row_in_cache", 1, 0, 1, true, false, "allow the row schedule (false: statistics first for every layer)"},
+        {"fuse_inner_pair", 1, 0, 1, true, false, "run the two innermost axes as one loop when the plan allows it (BatchNorm's h, w)"},
     };
     static const std::vector<KnobSpec> mlir_cpu{
-        {"sum_block", 1, int64_t(1) << 20, false, false, "elements of the innermost reduced axis per block of a blocked sum"},
-        {"chunk_bytes", 4096, int64_t(1) << 34, false, false,
+        {"sum_block", 256, 1, int64_t(1) << 20, false, false, "elements of the innermost reduced axis per block of a blocked sum"},
+        {"chunk_bytes", 512 << 10, 4096, int64_t(1) << 34, false, false,
          "bytes of the tensors per chunk the runtime hands one call (chunks along a split axis, sized for L2)"},
-        {"fuse_trailing", 0, 1, true, false, "run trailing axes every operand has contiguous as one loop (checked at run time)"},
+        {"fuse_trailing", 1, 0, 1, true, false, "run trailing axes every operand has contiguous as one loop (checked at run time)"},
     };
     static const std::vector<KnobSpec> mlir_cuda{
-        {"block_threads", 32, 1024, false, true, "threads per block (one block per index of the plan's block axes)"},
+        {"block_threads", 256, 32, 1024, false, true, "threads per block (one block per index of the plan's block axes)"},
     };
     switch (k) {
     case ScheduleKind::HalideCpu: return halide;
@@ -67,6 +71,37 @@ std::string knob_list(ScheduleKind k) {
     return s;
 }
 
+// The knob of `kind` called `name`, or a UserError naming it and listing the kind's knobs.
+const KnobSpec &knob_or_refuse(ScheduleKind kind, const std::string &name, const std::string &what) {
+    if (const KnobSpec *k = find_knob(kind, name)) return *k;
+    throw UserError(what + ": the " + schedule_kind_name(kind) + " schedule has no knob '" + name + "' (its knobs: " + knob_list(kind) + ")");
+}
+
+// Sets the knobs a JSON object names (booleans as true/false, the others as integers).
+void set_knobs(ScheduleRecord &r, const json &knobs, const std::string &what) {
+    for (const auto &[name, v] : knobs.items()) {
+        const KnobSpec &k = knob_or_refuse(r.kind(), name, what);
+        if (v.is_boolean() && k.boolean) r.set(name, v.get<bool>() ? 1 : 0);
+        else if (v.is_number_integer() && !k.boolean) r.set(name, v.get<int64_t>());
+        else throw UserError(what + ": knob '" + name + "' takes " + (k.boolean ? "true or false" : "an integer") + ", got " + v.dump());
+    }
+}
+
+// The knobs of a record as written in a JSON file: {"kind": ..., "knobs": {...}} or a bare object.
+const json &knobs_of(const json &j, ScheduleKind expected, const std::string &what) {
+    if (!j.is_object()) throw UserError(what + ": a schedule record is a JSON object");
+    if (!j.contains("kind")) return j;
+    if (!j["kind"].is_string() || j["kind"].get<std::string>() != schedule_kind_name(expected))
+        throw UserError(what + ": a " + j["kind"].dump() + " schedule record, where a " + schedule_kind_name(expected) + " one is needed");
+    if (!j.contains("knobs") || !j["knobs"].is_object()) throw UserError(what + ": the record has no \"knobs\" object");
+    return j["knobs"];
+}
+
+std::string trim(const std::string &s) {
+    size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
+    return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+
 int64_t parse_value(const KnobSpec &k, const std::string &text, const std::string &what) {
     if (k.boolean) {
         if (text == "true" || text == "1" || text == "on") return 1;
@@ -83,7 +118,7 @@ int64_t parse_value(const KnobSpec &k, const std::string &text, const std::strin
 }  // namespace
 
 ScheduleRecord::ScheduleRecord(ScheduleKind kind) : kind_(kind) {
-    for (const KnobSpec &k : schedule_knobs(kind)) values_.push_back({k.name, k.min});
+    for (const KnobSpec &k : schedule_knobs(kind)) values_.push_back({k.name, k.fallback});
 }
 
 int64_t ScheduleRecord::get(const std::string &knob) const {
@@ -93,10 +128,7 @@ int64_t ScheduleRecord::get(const std::string &knob) const {
 }
 
 void ScheduleRecord::set(const std::string &knob, int64_t value) {
-    const KnobSpec *k = find_knob(kind_, knob);
-    if (!k)
-        throw UserError(std::string("schedule: the ") + schedule_kind_name(kind_) + " schedule has no knob '" + knob + "' (its knobs: " +
-                        knob_list(kind_) + ")");
+    const KnobSpec *k = &knob_or_refuse(kind_, knob, "schedule");
     if (value < k->min || value > k->max)
         throw UserError(std::string("schedule: knob '") + knob + "' = " + std::to_string(value) + " is out of range [" + std::to_string(k->min) +
                         ", " + std::to_string(k->max) + "] (" + k->doc + ")");
@@ -117,23 +149,7 @@ json ScheduleRecord::to_json() const {
 
 ScheduleRecord ScheduleRecord::from_json(const json &j, ScheduleKind expected, const std::string &what) {
     ScheduleRecord r(expected);
-    if (!j.is_object()) throw UserError(what + ": a schedule record is a JSON object");
-    const json *knobs = &j;
-    if (j.contains("kind")) {
-        if (!j["kind"].is_string() || j["kind"].get<std::string>() != schedule_kind_name(expected))
-            throw UserError(what + ": a " + j["kind"].dump() + " schedule record, where a " + schedule_kind_name(expected) + " one is needed");
-        if (!j.contains("knobs") || !j["knobs"].is_object()) throw UserError(what + ": the record has no \"knobs\" object");
-        knobs = &j["knobs"];
-    }
-    for (const auto &[name, v] : knobs->items()) {
-        const KnobSpec *k = find_knob(expected, name);
-        if (!k)
-            throw UserError(what + ": the " + std::string(schedule_kind_name(expected)) + " schedule has no knob '" + name + "' (its knobs: " +
-                            knob_list(expected) + ")");
-        if (v.is_boolean() && k->boolean) r.set(name, v.get<bool>() ? 1 : 0);
-        else if (v.is_number_integer() && !k->boolean) r.set(name, v.get<int64_t>());
-        else throw UserError(what + ": knob '" + name + "' takes " + (k->boolean ? "true or false" : "an integer") + ", got " + v.dump());
-    }
+    set_knobs(r, knobs_of(j, expected, what), what);
     return r;
 }
 
@@ -146,33 +162,11 @@ std::string ScheduleRecord::text() const {
     return s;
 }
 
-ScheduleRecord choose_schedule(const KernelPlan &plan, ScheduleKind kind, Isa isa) {
+ScheduleRecord choose_schedule(const KernelPlan &plan, ScheduleKind kind, Isa isa, const std::string &overrides) {
     (void)plan;  // today's defaults depend on the ISA only; the plan is there for the tuner's classes
-    ScheduleRecord r(kind);
-    switch (kind) {
-    case ScheduleKind::HalideCpu:
-        // Measured defaults (bench/README.md): four accumulator vectors per row reduction
-        // (LayerNorm 16384 x 768 f32: 14.2 -> 17.1 GB/s); blocks of 64 vectors per lane (one level
-        // left BatchNorm over 3 x 3 x 262144 f32 with rstd 1.4e-5 off); 16 Welford lanes = one
-        // AVX-512 vector of f32.
-        r.set("vector_width", isa == Isa::Avx512 ? 16 : 8);
-        r.set("row_accumulators", 4);
-        r.set("sum_block", 64);
-        r.set("welford_lanes", 16);
-        r.set("welford_block", 64);
-        r.set("min_task_elements", 16384);
-        r.set("row_in_cache", 1);
-        r.set("fuse_inner_pair", 1);
-        break;
-    case ScheduleKind::MlirCpu:
-        // 256-element blocks: a straight shifted sum of a 262144-element row was 1e-6 off in its
-        // mean. 512 KiB chunks: LayerNorm 32768 x 8192 13.0 -> 19.4 GB/s (passes hit L2).
-        r.set("sum_block", 256);
-        r.set("chunk_bytes", 512 << 10);
-        r.set("fuse_trailing", 1);
-        break;
-    case ScheduleKind::MlirCuda: r.set("block_threads", 256); break;
-    }
+    ScheduleRecord r(kind);  // every knob at its default (schedule_knobs)
+    if (kind == ScheduleKind::HalideCpu) r.set("vector_width", isa == Isa::Avx512 ? 16 : 8);  // the natural f32 width
+    if (!overrides.empty()) apply_schedule_overrides(r, overrides);
     return r;
 }
 
@@ -190,29 +184,22 @@ void apply_schedule_overrides(ScheduleRecord &rec, const std::string &spec) {
         if (!in) throw UserError("--schedule " + spec + ": cannot read the file");
         json j = json::parse(in, nullptr, false);
         if (j.is_discarded()) throw UserError("--schedule " + spec + ": not valid JSON");
-        ScheduleRecord from = ScheduleRecord::from_json(j, rec.kind(), "--schedule " + spec);
         // Only the knobs the file names override: the others keep the plan's defaults.
-        const json &knobs = j.contains("knobs") ? j["knobs"] : j;
-        for (const auto &[name, v] : knobs.items()) rec.set(name, from.get(name));
+        set_knobs(rec, knobs_of(j, rec.kind(), "--schedule " + spec), "--schedule " + spec);
         return;
     }
     size_t pos = 0;
     while (pos <= spec.size()) {
         size_t comma = spec.find(',', pos);
-        std::string item = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+        const std::string item = trim(spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
         pos = comma == std::string::npos ? spec.size() + 1 : comma + 1;
-        item.erase(0, item.find_first_not_of(" \t"));
-        item.erase(item.find_last_not_of(" \t") + 1);
         if (item.empty()) continue;
         size_t eq = item.find('=');
         if (eq == std::string::npos || eq == 0)
             throw UserError("--schedule: '" + item + "' is not knob=value (knobs of the " + schedule_kind_name(rec.kind()) +
                             " schedule: " + knob_list(rec.kind()) + ")");
-        std::string name = item.substr(0, item.find_last_not_of(" \t", eq - 1) + 1);
-        std::string text = item.substr(item.find_first_not_of(" \t", eq + 1) == std::string::npos ? item.size() : item.find_first_not_of(" \t", eq + 1));
-        const KnobSpec *k = find_knob(rec.kind(), name);
-        if (!k) rec.set(name, 0);  // throws, naming the knob and the kind's knobs
-        rec.set(name, parse_value(*k, text, "--schedule"));
+        const std::string name = trim(item.substr(0, eq));
+        rec.set(name, parse_value(knob_or_refuse(rec.kind(), name, "--schedule"), trim(item.substr(eq + 1)), "--schedule"));
     }
 }
 

@@ -4,7 +4,7 @@
 // backends read it, the manifest stores it as JSON, `--schedule` overrides it, a tuner can search,
 // store and replay it. A knob may reorder a sum; none changes the declared algorithm.
 //
-//   choose_schedule(plan, kind, isa)   today's defaults for a plan on an instruction set
+//   choose_schedule(plan, kind, isa[, overrides])   today's defaults for a plan on an instruction set
 //   apply_schedule_overrides(rec, s)   'knob=value,...' or a JSON file; an unknown knob or a value
 //                                      out of range is refused naming the knob
 #pragma once
@@ -25,6 +25,7 @@ const char *schedule_kind_name(ScheduleKind k);  // "halide-cpu", "mlir-cpu", "m
 
 struct KnobSpec {
     const char *name;
+    int64_t fallback;  // the default where it does not depend on the ISA (choose_schedule may refine it)
     int64_t min, max;
     bool boolean;       // 0 / 1 (spelled true/false)
     bool power_of_two;
@@ -35,7 +36,7 @@ const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k);
 
 class ScheduleRecord {
 public:
-    explicit ScheduleRecord(ScheduleKind kind);  // every knob at its plan-independent default
+    explicit ScheduleRecord(ScheduleKind kind);  // every knob at its default (KnobSpec::fallback)
     ScheduleKind kind() const { return kind_; }
     int64_t get(const std::string &knob) const;  // an unknown knob is an internal error
     bool flag(const std::string &knob) const { return get(knob) != 0; }
@@ -44,7 +45,7 @@ public:
     const std::vector<std::pair<std::string, int64_t>> &values() const { return values_; }
 
     nlohmann::json to_json() const;  // {"kind": "halide-cpu", "knobs": {"vector_width": 16, ...}}
-    // Reads a record written by to_json (missing knobs keep their defaults). Refuses a record of
+    // Reads a record written by to_json, or a bare object of knobs (missing knobs keep their defaults). Refuses a record of
     // another kind, an unknown knob or a bad value, naming it; `what` names the source in messages.
     static ScheduleRecord from_json(const nlohmann::json &j, ScheduleKind expected, const std::string &what);
     std::string text() const;  // "vector_width=16,row_accumulators=4,..."
@@ -55,8 +56,9 @@ private:
     std::vector<std::pair<std::string, int64_t>> values_;
 };
 
-// The defaults for a plan: what the lowerings did before schedules were data.
-ScheduleRecord choose_schedule(const KernelPlan &plan, ScheduleKind kind, Isa isa);
+// The defaults for a plan (what the lowerings did before schedules were data), with `overrides`
+// applied when given (apply_schedule_overrides).
+ScheduleRecord choose_schedule(const KernelPlan &plan, ScheduleKind kind, Isa isa, const std::string &overrides = "");
 
 // Overrides from the command line: `spec` is a path to a JSON file (a record or an object of knobs)
 // when such a file exists or it ends in ".json", else "knob=value,knob=value". Knobs the record's

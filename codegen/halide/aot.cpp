@@ -47,8 +47,7 @@ json compile_halide_kernels(const NormSpec &spec, const AotRequest &req) {
         for (DType dtype : req.dtypes) {
             for (Variant variant : variants_of(spec)) {
                 KernelPlan plan = make_plan(spec, dtype, variant);
-                ScheduleRecord record = choose_schedule(plan, ScheduleKind::HalideCpu, isa);
-                if (!req.schedule_overrides.empty()) apply_schedule_overrides(record, req.schedule_overrides);
+                ScheduleRecord record = choose_schedule(plan, ScheduleKind::HalideCpu, isa, req.schedule_overrides);
                 LoweredPipeline p = lower_to_halide(spec, plan, record);
                 std::string text = schedule_cpu(p, spec, plan, record);
                 std::string fn = kernel_function_name(spec.name, dtype, Backend::Halide, isa, variant);

@@ -30,27 +30,21 @@ struct JitKernel::Impl {
     std::string schedule;
 };
 
-JitKernel::JitKernel(const NormSpec &spec, DType dtype, const Target &target, Variant variant, const std::string &schedule_overrides,
-                     const Overrides &const_overrides)
+JitKernel::JitKernel(const NormSpec &spec, DType dtype, const Target &target, Variant variant, const std::string &schedule_overrides)
     : impl_(std::make_unique<Impl>()) {
     try {
-        build(spec, dtype, target, variant, schedule_overrides, const_overrides);
+        build(spec, dtype, target, variant, schedule_overrides);
     } catch (const Halide::Error &e) {
         // A Halide error here is a normgen bug (the declaration was already checked).
         throw std::runtime_error(std::string("Halide: ") + e.what());
     }
 }
 
-void JitKernel::build(const NormSpec &spec, DType dtype, const Target &target, Variant variant, const std::string &schedule_overrides,
-                      const Overrides &const_overrides) {
+void JitKernel::build(const NormSpec &spec, DType dtype, const Target &target, Variant variant, const std::string &schedule_overrides) {
     impl_->spec = spec;
-    for (const auto &[name, v] : const_overrides)
-        for (ConstInfo &c : impl_->spec.consts)
-            if (c.name == name) c.value = v;
     KernelPlan plan = make_plan(impl_->spec, dtype, variant);
     impl_->types = plan.types;
-    impl_->record = choose_schedule(plan, ScheduleKind::HalideCpu, isa_of(target));
-    if (!schedule_overrides.empty()) apply_schedule_overrides(impl_->record, schedule_overrides);
+    impl_->record = choose_schedule(plan, ScheduleKind::HalideCpu, isa_of(target), schedule_overrides);
     impl_->lowered = lower_to_halide(impl_->spec, plan, impl_->record);
     impl_->target = target;
     impl_->schedule = schedule_cpu(impl_->lowered, impl_->spec, plan, impl_->record);

@@ -21,10 +21,10 @@ Isa isa_of(const Halide::Target &t);
 class JitKernel : public CompiledKernel {
 public:
     // The plan's default schedule for the target, with `schedule_overrides` applied ('knob=value,...'
-    // or a JSON file; see schedule_record.h). `spec` consts may be overridden (they are baked into
-    // the code); compiled once, run many times.
+    // or a JSON file; see schedule_record.h). The spec's consts are baked into the code (`normgen
+    // run --set` compiles a copy with its values); compiled once, run many times.
     JitKernel(const NormSpec &spec, DType dtype, const Halide::Target &target, Variant variant,
-              const std::string &schedule_overrides = "", const Overrides &const_overrides = {});
+              const std::string &schedule_overrides = "");
     ~JitKernel() override;
     // Inputs in float64 are rounded to the kernel's storage types; outputs are poisoned (NaN) before
     // the run and returned as float64. Axis overrides (e.g. g) apply here.
@@ -37,8 +37,7 @@ public:
     const ScheduleRecord &schedule() const;
 
 private:
-    void build(const NormSpec &spec, DType dtype, const Halide::Target &target, Variant variant, const std::string &schedule_overrides,
-               const Overrides &const_overrides);
+    void build(const NormSpec &spec, DType dtype, const Halide::Target &target, Variant variant, const std::string &schedule_overrides);
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

@@ -21,8 +21,6 @@
 
 namespace normgen::hl {
 
-using normgen::KernelTypes;
-using normgen::kernel_types;
 
 Halide::Type halide_type(DType t);
 

@@ -53,17 +53,11 @@ void check_arg_count(const NormSpec &spec, const KernelPlan &plan) {
         throw UserError(spec.name + ": " + std::to_string(n) + " tensors; the MLIR CPU ABI takes at most " + std::to_string(kMlirMaxArgs));
 }
 
-ScheduleRecord cpu_record(const KernelPlan &plan, const std::string &overrides) {
-    ScheduleRecord r = choose_schedule(plan, ScheduleKind::MlirCpu, host_isa());
-    if (!overrides.empty()) apply_schedule_overrides(r, overrides);
-    return r;
-}
-
 class JitKernel : public CompiledKernel {
 public:
     JitKernel(const NormSpec &spec, DType dtype, const std::string &schedule_overrides)
         : spec_(spec), plan_(make_plan(spec, dtype, variants_of(spec).back())), types_(plan_.types),
-          record_(cpu_record(plan_, schedule_overrides)) {
+          record_(choose_schedule(plan_, ScheduleKind::MlirCpu, host_isa(), schedule_overrides)) {
         check_arg_count(spec, plan_);
         ctx_ = make_context();
         std::string fn = spec.name + "__jit";
@@ -196,7 +190,7 @@ json compile_kernels(const NormSpec &spec, const AotRequest &req) {
             if (req.cpu) {
                 check_arg_count(spec, plan);
                 const Isa isa = host_isa();
-                ScheduleRecord record = cpu_record(plan, req.schedule_overrides);
+                ScheduleRecord record = choose_schedule(plan, ScheduleKind::MlirCpu, isa, req.schedule_overrides);
                 std::string fn = kernel_function_name(spec.name, dtype, Backend::Mlir, isa, variant);
                 auto ctx = make_context();
                 auto module = lower_cpu(*ctx, spec, plan, record, fn);
@@ -220,8 +214,7 @@ json compile_kernels(const NormSpec &spec, const AotRequest &req) {
                 entries.push_back(e);
             }
             if (req.cuda) {
-                ScheduleRecord record = choose_schedule(plan, ScheduleKind::MlirCuda, Isa::Sm90);
-                if (!req.cuda_schedule_overrides.empty()) apply_schedule_overrides(record, req.cuda_schedule_overrides);
+                ScheduleRecord record = choose_schedule(plan, ScheduleKind::MlirCuda, Isa::Sm90, req.cuda_schedule_overrides);
                 CudaPlan cplan = cuda_plan(spec, plan, record);
                 std::string fn = kernel_function_name(spec.name, dtype, Backend::Mlir, Isa::Sm90, variant);
                 auto ctx = make_context();
@@ -274,7 +267,7 @@ void explain(const NormSpec &spec, DType dtype, const std::string &stage, const 
     auto ctx = make_context();
     if (want.empty() || std::find(cpu.begin(), cpu.end(), want) != cpu.end()) {
         std::string fn = kernel_function_name(spec.name, dtype, Backend::Mlir, host_isa(), plan.variant);
-        auto module = lower_cpu(*ctx, spec, plan, cpu_record(plan, ""), fn);
+        auto module = lower_cpu(*ctx, spec, plan, choose_schedule(plan, ScheduleKind::MlirCpu, host_isa()), fn);
         lower_cpu_to_llvm_dialect(*module, print);
         if (want.empty() || want == "llvm") print("llvm", host_llvm_ir(*module));
         return;

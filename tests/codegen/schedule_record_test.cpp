@@ -65,6 +65,12 @@ TEST_CASE("a record survives JSON, and its JSON says what it is", "[schedule]") 
     CHECK(j["knobs"]["row_in_cache"] == false);
     CHECK(ScheduleRecord::from_json(j, ScheduleKind::HalideCpu, "test") == r);
     CHECK(r.text().find("row_accumulators=2") != std::string::npos);
+    // A record that names some knobs only: the others take their defaults, not placeholders.
+    ScheduleRecord partial = ScheduleRecord::from_json({{"kind", "halide-cpu"}, {"knobs", {{"sum_block", 32}}}}, ScheduleKind::HalideCpu, "test");
+    CHECK(partial.get("sum_block") == 32);
+    CHECK(partial.get("row_accumulators") == 4);
+    CHECK(partial.flag("row_in_cache"));
+    CHECK(ScheduleRecord(ScheduleKind::MlirCpu) == choose_schedule(ln_plan(), ScheduleKind::MlirCpu, Isa::Avx2));
 }
 
 TEST_CASE("overrides: knob=value lists and JSON files; only the named knobs change", "[schedule]") {
