@@ -97,6 +97,10 @@ std::vector<GridCase> model_grid() {
     g.push_back(rows("dyt", "llama3-70b", 16384, 8192));
     g.push_back(rows("fused_add_rms_norm", "llama3-8b", 4096, 4096));
     g.push_back(rows("fused_add_rms_norm", "llama3-70b", 16384, 8192));
+    // Rounding orders (Llama rounds before the weight multiply, Gemma once) and PolyNorm's three statistics.
+    g.push_back(rows("rms_norm_llama", "llama3-70b", 16384, 8192));
+    g.push_back(rows("rms_norm_gemma", "llama3-70b", 16384, 8192));
+    g.push_back(rows("poly_norm", "llama3-70b", 16384, 8192));
     add_resnet(g, "batch_norm_train");
     add_resnet(g, "batch_norm_eval");
     add_unet(g, "group_norm_nchw");

@@ -36,17 +36,24 @@ struct Expr;
 using ExprPtr = std::shared_ptr<Expr>;
 
 struct Expr {
-    enum Kind { Number, Ref, Neg, Binary, Call };
+    enum Kind { Number, Ref, Index, Neg, Binary, Call };
     Kind kind = Number;
     SourceLoc loc;
     double number = 0;
     std::string spelling;  // number as written (for diagnostics)
-    std::string name;      // Ref: the name; Call: the function
+    std::string name;      // Ref, Index: the name; Call: the function
     char op = 0;           // Binary: + - * /
     std::vector<ExprPtr> args;
     bool has_over = false;  // Call with `over: a, b`
     std::vector<Name> over;
     SourceLoc over_loc;
+    bool has_to = false;    // Call with `to: T` (round)
+    Name to;
+    SourceLoc to_loc;
+    // Index: `weight[0, 2]`, the constants as written with their locations.
+    std::vector<double> indices;
+    std::vector<std::string> index_spellings;
+    std::vector<SourceLoc> index_locs;
 };
 
 struct OutputDecl {

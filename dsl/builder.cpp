@@ -3,6 +3,8 @@
 #include "dsl/checker.h"
 #include "dsl/printer.h"
 
+#include <stdexcept>
+
 namespace normgen {
 namespace {
 
@@ -54,6 +56,32 @@ BExpr ref(const std::string &name) {
 BExpr::BExpr(double v) : e_(node(ast::Expr::Number)) {
     e_->number = v;
     e_->spelling = format_number(v);
+}
+
+BExpr BExpr::operator[](std::vector<int64_t> indices) const {
+    if (e_->kind != ast::Expr::Ref) throw std::invalid_argument("normgen builder: only an input or a parameter can be indexed");
+    auto e = node(ast::Expr::Index);
+    e->name = e_->name;
+    for (int64_t i : indices) {
+        e->indices.push_back((double)i);
+        e->index_spellings.push_back(std::to_string(i));
+        e->index_locs.push_back({});
+    }
+    return BExpr(e);
+}
+
+BExpr round(const BExpr &x, DType to) {
+    BExpr e = call("round", {x});
+    e.ast()->has_to = true;
+    e.ast()->to = name_of(dtype_name(to));
+    return e;
+}
+
+BExpr round(const BExpr &x, const std::string &like) {
+    BExpr e = call("round", {x});
+    e.ast()->has_to = true;
+    e.ast()->to = name_of(like);
+    return e;
 }
 
 BExpr operator+(const BExpr &a, const BExpr &b) { return binary('+', a, b); }

@@ -7,6 +7,7 @@
 //   auto ms = b.let("ms", mean(x * x, {"d"}));
 //   b.output("y", x * rsqrt(ms + eps) * w);
 //   b.storage({"x", "y"}, {DType::F32, DType::BF16, DType::F16});
+//   (rounding points: round(e, DType::BF16) or round(e, "x"); an indexed parameter: w[{0}])
 //   NormSpec spec = b.build();   // runs the same checker as the text front end
 //
 // The builder records an AST and hands it to check_norm(), so a mistake made in C++ is reported by the
@@ -27,6 +28,8 @@ public:
     BExpr(double v);  // NOLINT: numbers convert implicitly so `1 + w` reads as in the DSL
     explicit BExpr(ast::ExprPtr e) : e_(std::move(e)) {}
     const ast::ExprPtr &ast() const { return e_; }
+    // An element of an input or parameter along its leading fixed-extent axes: w[{0}] is `w[0]`.
+    BExpr operator[](std::vector<int64_t> indices) const;
 
 private:
     ast::ExprPtr e_;
@@ -55,6 +58,9 @@ BExpr sigmoid(const BExpr &x);
 BExpr max(const BExpr &a, const BExpr &b);
 BExpr min(const BExpr &a, const BExpr &b);
 BExpr pow(const BExpr &a, const BExpr &b);
+// Rounding points: round(e, to: bf16), and round(e, to: x) (x's storage type in each kernel).
+BExpr round(const BExpr &x, DType to);
+BExpr round(const BExpr &x, const std::string &like);
 
 // One axis of a shape: "d", or a split view split("c", {"g", "cg"}).
 struct BAxis {

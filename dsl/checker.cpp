@@ -4,6 +4,7 @@
 #include "dsl/printer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <set>
@@ -27,7 +28,7 @@ AxisSet set_minus(const AxisSet &a, const AxisSet &b) {
 std::string loc_text(SourceLoc l) { return std::to_string(l.line) + ":" + std::to_string(l.col); }
 
 struct FunctionInfo {
-    enum Kind { Reduction, Unary, Binary, MaxMin, Count } kind;
+    enum Kind { Reduction, Unary, Binary, MaxMin, Count, Round } kind;
     ReduceOp reduce = ReduceOp::Sum;
     UnaryOp unary = UnaryOp::Sqrt;
     BinaryOp binary = BinaryOp::Pow;
@@ -49,6 +50,7 @@ const std::map<std::string, FunctionInfo> &functions() {
         {"abs", {FunctionInfo::Unary, ReduceOp::Sum, UnaryOp::Abs}},
         {"sigmoid", {FunctionInfo::Unary, ReduceOp::Sum, UnaryOp::Sigmoid}},
         {"pow", {FunctionInfo::Binary, ReduceOp::Sum, UnaryOp::Sqrt, BinaryOp::Pow}},
+        {"round", {FunctionInfo::Round}},
     };
     return fns;
 }
@@ -383,6 +385,7 @@ private:
                 sink_.error(e.loc, "unknown name '" + e.name + "'");
             return nullptr;
         }
+        case ast::Expr::Index: return lower_index(e, n);
         case ast::Expr::Neg: {
             NodePtr a = lower(*e.args[0], owner);
             if (!a) return nullptr;
@@ -409,6 +412,82 @@ private:
         return nullptr;
     }
 
+    // `weight[0]`: the indices fix the leading declared axes of an input or parameter, each of which
+    // must be atomic with a fixed extent (`axis k = 3`); the element has the remaining axes.
+    NodePtr lower_index(const ast::Expr &e, std::shared_ptr<Node> n) {
+        const TensorInfo *t = spec_.find_tensor(e.name);
+        if (!t) {
+            if (lets_.count(e.name) || spec_.find_const(e.name))
+                sink_.error(e.loc, "'" + e.name + "' is not a tensor; only an input or a parameter can be indexed");
+            else
+                sink_.error(e.loc, "unknown tensor '" + e.name + "'");
+            return nullptr;
+        }
+        if (e.indices.size() > t->dims.size()) {
+            sink_.error(e.index_locs[t->dims.size()], "'" + e.name + "' has " + std::to_string(t->dims.size()) + " axes " +
+                                                          spec_.axes_text(t->dims) + ", but " + std::to_string(e.indices.size()) +
+                                                          " indices are given");
+            return nullptr;
+        }
+        AxisSet fixed;
+        for (size_t k = 0; k < e.indices.size(); ++k) {
+            AxisId a = t->dims[k];
+            const Axis &ax = spec_.axes[a];
+            if (ax.is_split() || !ax.fixed_extent) {
+                sink_.error(e.index_locs[k], "axis '" + ax.name + "' of '" + e.name + "' has no fixed extent" +
+                                                 (ax.is_split() ? " (it is a split view)" : "; add 'axis " + ax.name + " = N' to index it"));
+                return nullptr;
+            }
+            double v = e.indices[k];
+            if (v != std::floor(v) || v < 0 || v >= (double)*ax.fixed_extent) {
+                sink_.error(e.index_locs[k], "index " + e.index_spellings[k] + " is out of range for axis '" + ax.name + "' of '" +
+                                                 e.name + "' (extent " + std::to_string(*ax.fixed_extent) + ": 0 to " +
+                                                 std::to_string(*ax.fixed_extent - 1) + ")");
+                return nullptr;
+            }
+            n->at.push_back({a, (int64_t)v});
+            fixed.push_back(a);
+        }
+        std::sort(fixed.begin(), fixed.end());
+        n->kind = Node::Tensor;
+        n->name = e.name;
+        n->index = (int)(t - spec_.tensors.data());
+        n->axes = set_minus(t->axes, fixed);
+        used_tensors_.insert(e.name);
+        return n;
+    }
+
+    // `round(e, to: T)`: T is a storage type, or a tensor (input, parameter or output) whose
+    // storage type the kernel rounds to.
+    NodePtr lower_round(const ast::Expr &e, const std::string &owner, std::shared_ptr<Node> n) {
+        if (!e.has_to) {
+            sink_.error(e.loc, "'round' needs 'to:' naming a storage type or a tensor, as in round(x * rstd, to: x) or round(v, to: bf16)");
+            return nullptr;
+        }
+        if (e.args.size() != 1) {
+            sink_.error(e.loc, "'round' takes 1 argument and 'to:', got " + std::to_string(e.args.size()) + " arguments");
+            return nullptr;
+        }
+        NodePtr a = lower(*e.args[0], owner);
+        if (!a) return nullptr;
+        bool is_output = false;
+        for (const ast::OutputDecl &o : decl_.outputs) is_output = is_output || o.name.text == e.to.text;
+        if (spec_.find_tensor(e.to.text) || is_output) {
+            n->name = e.to.text;
+        } else if (auto t = parse_dtype(e.to.text); t && *t != DType::F64) {
+            n->round_type = *t;
+        } else {
+            sink_.error(e.to.loc, "'" + e.to.text + "' is neither a storage type (f32, bf16, f16) nor an input, parameter or output");
+            return nullptr;
+        }
+        n->kind = Node::Unary;
+        n->unary = UnaryOp::Round;
+        n->axes = a->axes;
+        n->stage = a->stage;
+        n->args = {a};
+        return n;
+    }
+
     NodePtr lower_call(const ast::Expr &e, const std::string &owner, std::shared_ptr<Node> n) {
         auto it = functions().find(e.name);
         if (it == functions().end()) {
@@ -416,6 +495,17 @@ private:
             return nullptr;
         }
         const FunctionInfo &f = it->second;
+        if (e.has_to && f.kind != FunctionInfo::Round) {
+            sink_.error(e.to_loc, "'to:' belongs to round(e, to: T); '" + e.name + "' takes no 'to:'");
+            return nullptr;
+        }
+        if (f.kind == FunctionInfo::Round) {
+            if (e.has_over) {
+                sink_.error(e.over_loc, "'round' is elementwise and does not reduce; remove 'over:'");
+                return nullptr;
+            }
+            return lower_round(e, owner, n);
+        }
         auto arity = [&](size_t want) {
             if (e.args.size() == want) return true;
             sink_.error(e.loc, "'" + e.name + "' takes " + std::to_string(want) + " argument" + (want == 1 ? "" : "s") +

@@ -3,6 +3,7 @@
 #include "dsl/printer.h"
 
 #include <algorithm>
+#include <set>
 #include <functional>
 
 namespace normgen {
@@ -62,6 +63,7 @@ const char *unary_name(UnaryOp op) {
     case UnaryOp::Log: return "log";
     case UnaryOp::Abs: return "abs";
     case UnaryOp::Sigmoid: return "sigmoid";
+    case UnaryOp::Round: return "round";
     }
     return "?";
 }
@@ -221,22 +223,35 @@ std::vector<EpsUse> NormSpec::eps_uses() const {
 
 // How each parameter enters the map: y = ... * weight (scale), + bias (shift), * (1 + weight)
 // (offset scale, Gemma), tanh(alpha * x) (input scale, inside a nonlinearity).
+std::set<int> NormSpec::reduced_tensors() const {
+    std::set<int> r;
+    std::function<void(const Node &, bool)> walk = [&](const Node &n, bool under) {
+        if (n.kind == Node::Tensor && under) r.insert(n.index);
+        if (n.kind == Node::Value) walk(*values[n.index].expr, under);
+        for (const auto &a : n.args) walk(*a, under || n.kind == Node::Reduce);
+    };
+    for (const ValueDef &v : values) walk(*v.expr, false);
+    return r;
+}
+
 std::vector<AffineTerm> NormSpec::affine_terms() const {
     std::vector<AffineTerm> terms;
+    // A parameter some statistic reads is normalized (WeightNorm's v), not an affine term.
+    const std::set<int> normalized = reduced_tensors();
     for (const ValueDef &v : values) {
         std::function<void(const Node &, std::vector<const Node *> &)> walk = [&](const Node &n, std::vector<const Node *> &anc) {
-            if (n.kind == Node::Tensor && tensors[n.index].role == TensorInfo::Param) {
+            if (n.kind == Node::Tensor && tensors[n.index].role == TensorInfo::Param && !normalized.count(n.index)) {
                 const Node *p = anc.empty() ? nullptr : anc.back();
                 const Node *gp = anc.size() < 2 ? nullptr : anc[anc.size() - 2];
                 bool in_nonlinearity = std::any_of(anc.begin(), anc.end(), [](const Node *a) {
-                    return a->kind == Node::Unary && a->unary != UnaryOp::Neg;
+                    return a->kind == Node::Unary && a->unary != UnaryOp::Neg && a->unary != UnaryOp::Round;
                 });
-                AffineTerm t{n.name, "other", p ? print_expr(*this, *p) : n.name};
+                AffineTerm t{print_expr(*this, n), "other", p ? print_expr(*this, *p) : print_expr(*this, n)};
                 if (in_nonlinearity) {
                     t.role = "input scale (inside a nonlinearity)";
                 } else if (p && p->kind == Node::Binary && p->binary == BinaryOp::Add && gp && gp->kind == Node::Binary &&
                            gp->binary == BinaryOp::Mul && (is_const(p->args[0]) || is_const(p->args[1]))) {
-                    t.role = "offset scale (1 + " + n.name + ")";
+                    t.role = "offset scale (1 + " + t.param + ")";
                     t.where = print_expr(*this, *p);
                 } else if (p && p->kind == Node::Binary && (p->binary == BinaryOp::Mul || p->binary == BinaryOp::Div)) {
                     t.role = "scale";
@@ -253,6 +268,24 @@ std::vector<AffineTerm> NormSpec::affine_terms() const {
         walk(*v.expr, anc);
     }
     return terms;
+}
+
+DType rounding_type(const NormSpec &spec, const Node &round, const std::map<std::string, DType> &storage) {
+    if (round.name.empty()) return round.round_type;
+    auto it = storage.find(round.name);
+    if (it != storage.end()) return it->second;
+    return spec.storage_of(round.name).front();
+}
+
+std::vector<const Node *> rounding_points(const NormSpec &spec) {
+    std::vector<const Node *> r;
+    visit(spec, [&](const Node &n) {
+        if (n.kind == Node::Unary && n.unary == UnaryOp::Round) r.push_back(&n);
+    });
+    std::stable_sort(r.begin(), r.end(), [](const Node *a, const Node *b) {
+        return a->loc.line != b->loc.line ? a->loc.line < b->loc.line : a->loc.col < b->loc.col;
+    });
+    return r;
 }
 
 }  // namespace normgen

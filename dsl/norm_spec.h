@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,7 @@ namespace normgen {
 enum class DType { F32, F16, BF16, F64 };
 enum class VarianceAlgorithm { TwoPass, Welford, OnePass };
 enum class ReduceOp { Sum, Mean, Max, Min, Var };
-enum class UnaryOp { Neg, Sqrt, Rsqrt, Tanh, Exp, Log, Abs, Sigmoid };
+enum class UnaryOp { Neg, Sqrt, Rsqrt, Tanh, Exp, Log, Abs, Sigmoid, Round };
 enum class BinaryOp { Add, Sub, Mul, Div, Max, Min, Pow };
 
 const char *dtype_name(DType t);
@@ -46,6 +47,7 @@ struct Axis {
 };
 
 struct Node;
+struct NormSpec;
 using NodePtr = std::shared_ptr<const Node>;
 
 // One node of an expression. Reductions are nodes too: the stage analysis finds them.
@@ -53,7 +55,8 @@ struct Node {
     enum Kind { Literal, Const, Tensor, Value, Unary, Binary, Reduce, Count };
     Kind kind = Literal;
     double value = 0;         // Literal, Const
-    std::string name;         // Const, Tensor (an input or param), Value (a named definition)
+    std::string name;         // Const, Tensor (an input or param), Value (a named definition);
+                              // Unary Round: the tensor whose storage type it rounds to ("" = round_type)
     int index = -1;           // Tensor: index into NormSpec::tensors; Value: into NormSpec::values
     UnaryOp unary = UnaryOp::Neg;
     BinaryOp binary = BinaryOp::Add;
@@ -63,8 +66,21 @@ struct Node {
     std::vector<AxisId> over_written;  // the axes as written (may name split axes), for printing
     AxisSet axes;             // the atomic axes of the result
     int stage = 0;            // Reduce: its stage (1-based); others: the highest stage they depend on
+    // Tensor: an element of the tensor fixed along these atomic axes (an indexed parameter,
+    // `weight[0]`: the leading declared axes, each with a fixed extent); the node lacks those axes.
+    std::vector<std::pair<AxisId, int64_t>> at;
+    // Unary Round: a rounding point. The value is rounded (to nearest even) to a storage type there:
+    // `round(e, to: bf16)` names the type, `round(e, to: x)` takes x's storage type in each kernel.
+    DType round_type = DType::F32;
     SourceLoc loc;
 };
+
+// The type a rounding point rounds to in a kernel whose tensors have these storage types (a tensor
+// missing from `storage` takes its declared default).
+DType rounding_type(const NormSpec &spec, const Node &round, const std::map<std::string, DType> &storage);
+
+// The rounding points of a declaration (Round nodes), in the order they are written.
+std::vector<const Node *> rounding_points(const NormSpec &spec);
 
 struct TensorInfo {
     enum Role { Input, Param };
@@ -152,6 +168,8 @@ struct NormSpec {
     std::vector<EpsUse> eps_uses() const;
     std::vector<AffineTerm> affine_terms() const;
     bool has_var_reduction() const;
+    // The tensors (indices into `tensors`) some reduction reads, directly or through named values.
+    std::set<int> reduced_tensors() const;
     std::string axes_text(const std::vector<AxisId> &ids) const;  // "[rows, d]"
     // The atomic axes of a declared shape in memory order (split views expanded, major part first):
     // a tensor declared [n, c: (g, cg), h, w] is laid out exactly like one declared [n, g, cg, h, w].

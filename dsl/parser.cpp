@@ -61,14 +61,17 @@ private:
         d.loc = next().loc;
         d.name = expect_name("the name of the norm");
         expect(Tok::LParen, "before the inputs of the norm");
-        if (at(Tok::RParen)) fail(peek(), "a norm needs at least one input");
-        do {
-            ast::TensorDecl t;
-            t.name = expect_name("an input name");
-            expect(Tok::Colon, "between an input's name and its shape");
-            t.shape = parse_shape();
-            d.inputs.push_back(std::move(t));
-        } while (at(Tok::Comma) && (next(), true));
+        // No inputs is allowed when the body declares a parameter (WeightNorm normalizes its weight).
+        const Token &no_inputs = peek();
+        if (!at(Tok::RParen)) {
+            do {
+                ast::TensorDecl t;
+                t.name = expect_name("an input name");
+                expect(Tok::Colon, "between an input's name and its shape");
+                t.shape = parse_shape();
+                d.inputs.push_back(std::move(t));
+            } while (at(Tok::Comma) && (next(), true));
+        }
         expect(Tok::RParen, "after the inputs of the norm");
         if (!at(Tok::Arrow)) fail(peek(), "expected '->' and the outputs of the norm, found " + describe(peek()));
         next();
@@ -81,6 +84,10 @@ private:
             d.body.push_back(parse_stmt());
         }
         d.close_loc = next().loc;
+        bool has_param = false;
+        for (const ast::Stmt &st : d.body) has_param = has_param || st.kind == ast::Stmt::Param;
+        if (d.inputs.empty() && !has_param)
+            fail(no_inputs, "a norm needs at least one input (or a parameter it normalizes, as WeightNorm's 'param v: [o, i]')");
         return d;
     }
 
@@ -194,7 +201,8 @@ private:
         return parse_primary();
     }
 
-    // primary ::= NUMBER | IDENT | IDENT '(' [args] ')' | '(' expr ')'
+    // primary ::= NUMBER | IDENT | IDENT '[' INT (',' INT)* ']' | IDENT '(' [args] ')' | '(' expr ')'
+    // args    ::= expr (',' expr)* [',' ('over' ':' IDENT (',' IDENT)* | 'to' ':' IDENT)]
     ast::ExprPtr parse_primary() {
         auto e = std::make_shared<ast::Expr>();
         e->loc = peek().loc;
@@ -212,17 +220,40 @@ private:
         }
         if (!at(Tok::Ident)) fail(peek(), "expected an expression, found " + describe(peek()));
         e->name = next().text;
+        if (at(Tok::LBracket)) {  // an element of a tensor: weight[0], weight[1, 2]
+            e->kind = ast::Expr::Index;
+            next();
+            do {
+                const Token &n = peek();
+                bool neg = at(Tok::Minus);
+                if (neg) next();
+                const Token &v = expect(Tok::Number, "as an index (a constant integer)");
+                e->indices.push_back(neg ? -v.number : v.number);
+                e->index_spellings.push_back((neg ? "-" : "") + v.text);
+                e->index_locs.push_back(n.loc);
+            } while (at(Tok::Comma) && (next(), true));
+            expect(Tok::RBracket, ("to close the index of '" + e->name + "'").c_str());
+            return e;
+        }
         if (!at(Tok::LParen)) { e->kind = ast::Expr::Ref; return e; }
         e->kind = ast::Expr::Call;
         next();
         if (!at(Tok::RParen)) {
             do {
+                // Keyword arguments come last: `over: a, b` (a list to the closing parenthesis) or `to: T`.
                 if (at_word("over") && peek(1).kind == Tok::Colon) {
                     e->has_over = true;
                     e->over_loc = next().loc;
                     next();
                     do e->over.push_back(expect_name("an axis name after 'over:'")); while (at(Tok::Comma) && (next(), true));
-                    break;  // `over:` is the last argument
+                    break;
+                }
+                if (at_word("to") && peek(1).kind == Tok::Colon) {
+                    e->has_to = true;
+                    e->to_loc = next().loc;
+                    next();
+                    e->to = expect_name("a storage type (f32, bf16, f16) or a tensor name after 'to:'");
+                    break;
                 }
                 e->args.push_back(parse_expr());
             } while (at(Tok::Comma) && (next(), true));

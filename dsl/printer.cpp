@@ -49,9 +49,21 @@ void print_over(const NormSpec &spec, const Node &n, std::ostream &os) {
 void print_node(const NormSpec &spec, const Node &n, std::ostream &os) {
     switch (n.kind) {
     case Node::Literal: os << format_number(n.value); return;
-    case Node::Const: case Node::Tensor: case Node::Value: os << n.name; return;
+    case Node::Const: case Node::Value: os << n.name; return;
+    case Node::Tensor:
+        os << n.name;
+        if (!n.at.empty()) {
+            os << "[";
+            for (size_t i = 0; i < n.at.size(); ++i) os << (i ? ", " : "") << n.at[i].second;
+            os << "]";
+        }
+        return;
     case Node::Unary:
-        if (n.unary == UnaryOp::Neg) {
+        if (n.unary == UnaryOp::Round) {
+            os << "round(";
+            print_node(spec, *n.args[0], os);
+            os << ", to: " << (n.name.empty() ? dtype_name(n.round_type) : n.name) << ")";
+        } else if (n.unary == UnaryOp::Neg) {
             os << "-";
             print_operand(spec, *n.args[0], 3, os);
         } else {

@@ -96,6 +96,12 @@ const KernelArg *Registry::Kernel::find_arg(const std::string &name) const {
     return nullptr;
 }
 
+StorageMap Registry::Kernel::storage() const {
+    StorageMap m;
+    for (const KernelArg &a : args) m[a.name] = a.dtype;
+    return m;
+}
+
 bool Registry::Kernel::runs_here() const {
     if (device != Device::Cpu) return false;
     for (const std::string &f : cpu_features)

@@ -33,6 +33,7 @@
 #include "dsl/norm_spec.h"
 #include "runtime/kernel_table.h"
 #include "runtime/manifest_schema.h"
+#include "runtime/shapes.h"
 
 #include <cstddef>
 #include <map>
@@ -87,6 +88,7 @@ public:
 
         bool full() const { return variant == Variant::Full; }
         const KernelArg *find_arg(const std::string &name) const;  // nullptr if not an argument
+        StorageMap storage() const;  // the storage type of every argument (what the reference needs)
         bool runs_here() const;  // a CPU kernel whose every cpu feature this CPU supports
     };
 

@@ -17,6 +17,8 @@ using TensorMap = std::map<std::string, HostTensor>;
 
 // Values that replace a declared `const` or fix an axis extent (`axis g = N`) for one evaluation.
 using Overrides = std::map<std::string, double>;
+// Storage type of each input/param/output a kernel uses.
+using StorageMap = std::map<std::string, DType>;
 
 struct AxisExtents {
     std::vector<int64_t> extent;  // per atomic axis id; -1 when unbound

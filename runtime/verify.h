@@ -11,6 +11,9 @@
 // magnitude (a sum's worst case), and with signs alternating along memory (neighbours apart)): it
 // is what accumulating in eps_acc precision can cost on ill-conditioned inputs (x = 1e4 + N(0,1): a two-pass variance passes, a
 // one-pass variance does not). K = 64.
+// Rounding points (`round(e, to: T)`): S is measured with them passed through, and the bound adds
+// F, the largest move of the output when every rounding point lands one unit of T up (or down):
+// where a kernel's value before the point sits at a boundary it may round to the neighbour.
 #pragma once
 
 #include "dsl/norm_spec.h"
@@ -70,8 +73,6 @@ struct VerifyOptions {
     Overrides axis_overrides;
 };
 
-// Storage type of each input/param/output the kernel uses.
-using StorageMap = std::map<std::string, DType>;
 
 // Checks every kernel in `kernels` (same storage types, e.g. one per target) on one shape: the
 // inputs, the reference and its sensitivity are computed once and shared. One result per kernel.
@@ -89,10 +90,11 @@ struct OutputBound {
 // The one output comparator (verify, the benchmark's checks, the tests, the user example).
 OutputCheck compare_output(const std::string &name, const HostTensor &got, const HostTensor &ref, DType storage, const OutputBound &bound);
 
-// The verifier's bound: abs = K * eps_acc * S, with S this output's sensitivity (see above) and
-// `ulps` the allowance in storage ulps.
+// The verifier's bound: abs = K * eps_acc * S + F, with S this output's sensitivity (see above),
+// `ulps` the allowance in storage ulps and F (`rounding_flip`) how far the output moves when every
+// rounding point of the declaration lands one unit of its type away (0 without rounding points).
 OutputCheck compare_output(const std::string &name, const HostTensor &got, const HostTensor &ref, double sensitivity,
-                           DType storage, DType accumulate, int ulps);
+                           DType storage, DType accumulate, int ulps, double rounding_flip = 0);
 
 // The bound of a spot check that has no sensitivity at hand (a few shapes, inputs without a large
 // offset): f32 1e-5 relative with a 1e-5 floor, bf16/f16 2 * ulp_allowance ulps + 1e-5.

@@ -32,6 +32,9 @@ echo
 echo "== 3. normgen catalog dsl/catalog/*.norm"
 build/bin/normgen catalog dsl/catalog/*.norm
 echo
+echo "== 3b. normgen describe dsl/catalog/*.norm --invariants (the seeds' invariance table, for every layer)"
+build/bin/normgen describe dsl/catalog/*.norm --invariants
+echo
 echo "== 4. short benchmark: build/bin/normgen_bench --normgen_grid=short, then normgen report (the full grid: scripts/bench.sh)"
 build/bin/normgen_bench --normgen_grid=short --benchmark_out=build/bench_short.json --benchmark_out_format=json \
   ${NORMGEN_RUN_BENCH_FILTER:+--benchmark_filter="$NORMGEN_RUN_BENCH_FILTER"} > build/bench_short.txt 2>&1 || {

@@ -25,7 +25,8 @@ KernelTypes kernel_types(const NormSpec &spec, DType want) {
 
 bool same_tree(const Node &a, const Node &b) {
     if (a.kind != b.kind || a.value != b.value || a.name != b.name || a.index != b.index || a.unary != b.unary ||
-        a.binary != b.binary || a.reduce != b.reduce || a.over != b.over || a.args.size() != b.args.size())
+        a.binary != b.binary || a.reduce != b.reduce || a.over != b.over || a.at != b.at || a.round_type != b.round_type ||
+        a.args.size() != b.args.size())
         return false;
     for (size_t i = 0; i < a.args.size(); ++i)
         if (!same_tree(*a.args[i], *b.args[i])) return false;
@@ -265,8 +266,17 @@ KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant) {
         std::sort(atoms.begin(), atoms.end());
         p.cuda_block_axes = atoms;
     } else {
+        // Axes some expression runs over: an axis a parameter is only ever indexed along (PolyNorm's
+        // weight[0], weight[1], ...) is no loop, so no block axis.
+        AxisSet iterated;
+        std::function<void(const Node &)> walk = [&](const Node &n) {
+            for (AxisId a : n.axes) if (!contains(iterated, a)) iterated.push_back(a);
+            for (const auto &c : n.args) walk(*c);
+        };
+        for (const ValueDef &v : spec.values) walk(*v.expr);
         for (size_t a = 0; a < spec.axes.size(); ++a)
-            if (!spec.axes[a].is_split() && !contains(p.reduced, (AxisId)a)) p.cuda_block_axes.push_back((AxisId)a);
+            if (!spec.axes[a].is_split() && !contains(p.reduced, (AxisId)a) && contains(iterated, (AxisId)a))
+                p.cuda_block_axes.push_back((AxisId)a);
         for (const NodePtr &n : reductions)
             for (AxisId a : n->axes)
                 if (p.cuda_refusal.empty() && !contains(p.cuda_block_axes, a))

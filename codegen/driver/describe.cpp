@@ -76,6 +76,15 @@ std::string describe_norm(const NormSpec &spec) {
         os << ": " << storage_text(spec, g.tensors.front()) << "\n";
     }
     os << "  other tensors: f32\n";
+
+    // Where values are rounded besides the stores: each kernel rounds there, to nearest even.
+    auto rounds = rounding_points(spec);
+    os << "rounding points:" << (rounds.empty() ? " none (values are rounded only where outputs are stored)" : "") << "\n";
+    for (const Node *r : rounds) {
+        os << "  " << r->loc.line << ":" << r->loc.col << "  " << print_expr(spec, *r) << ": to ";
+        if (r->name.empty()) os << dtype_name(r->round_type) << "\n";
+        else os << r->name << "'s storage type (" << storage_text(spec, r->name) << ", as the kernel stores " << r->name << ")\n";
+    }
     return os.str();
 }
 

@@ -6,6 +6,7 @@
 #include "codegen/common/schedule_record.h"
 #include "codegen/driver/catalog_table.h"
 #include "codegen/driver/describe.h"
+#include "runtime/reference/invariants.h"
 #include "codegen/driver/report.h"
 #include "codegen/halide/aot.h"
 #include "codegen/halide/jit.h"
@@ -43,10 +44,23 @@ commands:
   print FILE            Print the declaration in canonical form.
   describe FILE [--plan [--json] [--dtype T]]
                         Print the recorded facts: inputs, outputs, reduction stages and
-                        their axes, eps placement, affine terms, precisions. --plan: the
-                        kernel plan of each variant instead (argument ABI, per stage the
-                        reduced and kept axes, main output, layout class and why, split
-                        axes, CUDA blocks, the kernels), as text or JSON.
+                        their axes, eps placement, affine terms, precisions, rounding
+                        points. --plan: the kernel plan of each variant instead (argument
+                        ABI, per stage the reduced and kept axes, main output, layout
+                        class and why, split axes, CUDA blocks, the kernels), as text or
+                        JSON.
+  describe FILE... --invariants [--samples AXES] [--units AXES] [--transform TENSORS]
+                   [--seed N] [--json]
+                        Which of the six transformations of the LayerNorm paper's table
+                        (weight-matrix re-scaling and re-centering, weight-vector
+                        re-scaling, dataset re-scaling and re-centering, single-case
+                        re-scaling) leave the layer's outputs unchanged, on its own axes:
+                        its normalized tensor read as a = W x with sample axes (the
+                        outermost), unit axes (those of its per-unit parameters) and
+                        positions (the rest); --samples / --units override the roles.
+                        Decided on the float64 reference with eps = 0 (random draws), with
+                        a symbolic argument where the declaration makes it evident.
+                        Several files: one table.
   catalog FILE...       One table row per declaration: reduction stages and axes, eps
                         placement, affine terms, outputs, and a float64 reference
                         evaluation on fresh random inputs (exit 1 if any row fails).
@@ -265,26 +279,87 @@ int cmd_compile(const std::vector<std::string> &args) {
     return 0;
 }
 
-// normgen describe FILE [--plan [--json] [--dtype T]]
+// normgen describe FILE... --invariants [--samples AXES] [--units AXES] [--transform TENSORS] [--seed N] [--json]
+int cmd_invariants(const std::vector<std::string> &files, const InvarianceOptions &opt, bool json) {
+    if (files.size() > 1 && (!opt.sample_axes.empty() || !opt.unit_axes.empty() || !opt.transformed.empty()))
+        throw Usage("describe --invariants: --samples, --units and --transform apply to one file at a time");
+    std::vector<InvarianceReport> reports;
+    for (const std::string &f : files) reports.push_back(invariance_table(load_norm_file(f), opt));
+    if (json) {
+        nlohmann::json all = nlohmann::json::array();
+        for (const InvarianceReport &r : reports) {
+            nlohmann::json rows = nlohmann::json::array();
+            for (const InvarianceRow &row : r.rows)
+                rows.push_back({{"transform", row.transform}, {"invariant", row.invariant}, {"action", row.action},
+                                {"max_change", row.max_change}, {"argument", row.argument}});
+            all.push_back({{"layer", r.layer}, {"normalized", r.normalized}, {"weight_layer", r.weight_layer},
+                           {"samples", r.sample_axes}, {"units", r.unit_axes}, {"positions", r.position_axes},
+                           {"transformed", r.transformed}, {"judged", r.judged}, {"eps_zeroed", r.zeroed}, {"rows", rows}});
+        }
+        std::cout << (files.size() == 1 ? all[0] : all).dump(1) << "\n";
+        return 0;
+    }
+    if (files.size() == 1) {
+        std::cout << invariance_text(reports[0]);
+        return 0;
+    }
+    // Several files: one table, a row per layer (as in the README).
+    std::cout << "| layer | samples / units / positions |";
+    for (const std::string &t : invariance_transforms()) std::cout << " " << t << " |";
+    std::cout << "\n|---|---|";
+    for (size_t i = 0; i < invariance_transforms().size(); ++i) std::cout << "---|";
+    std::cout << "\n";
+    for (const InvarianceReport &r : reports) {
+        auto list = [](const std::vector<std::string> &v) {
+            std::string s;
+            for (const auto &x : v) s += (s.empty() ? "" : ",") + x;
+            return s.empty() ? std::string("-") : s;
+        };
+        std::cout << "| " << r.layer << " | "
+                  << (r.weight_layer ? "weight " + r.normalized + ": units " + list(r.unit_axes)
+                                     : list(r.sample_axes) + " / " + list(r.unit_axes) + " / " + list(r.position_axes))
+                  << " |";
+        for (const InvarianceRow &row : r.rows) std::cout << " " << (row.invariant ? (row.argument.empty() ? "yes" : "yes*") : "no") << " |";
+        std::cout << "\n";
+    }
+    std::cout << "\nyes*: also shown symbolically; eps-like constants set to 0 (normgen describe FILE --invariants gives the details)\n";
+    return 0;
+}
+
+// normgen describe FILE [--plan [--json] [--dtype T]] | FILE... --invariants [...]
 int cmd_describe(const std::vector<std::string> &args) {
-    std::string file;
-    bool plan = false, json = false;
+    std::vector<std::string> files;
+    bool plan = false, json = false, invariants = false;
     DType dtype = DType::F32;
+    InvarianceOptions inv;
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string &a = args[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= args.size()) throw Usage(a + " needs a value");
+            return args[++i];
+        };
         if (a == "--plan") plan = true;
         else if (a == "--json") json = true;
+        else if (a == "--invariants") invariants = true;
+        else if (a == "--samples") inv.sample_axes = split_list(value());
+        else if (a == "--units") inv.unit_axes = split_list(value());
+        else if (a == "--transform") inv.transformed = split_list(value());
+        else if (a == "--seed") inv.seed = parse_seed(value());
         else if (a == "--dtype") {
-            if (i + 1 >= args.size()) throw Usage("--dtype needs a value");
-            std::vector<DType> d = parse_dtypes(args[++i]);
+            std::vector<DType> d = parse_dtypes(value());
             if (d.size() != 1) throw Usage("describe: --dtype takes one storage type");
             dtype = d[0];
         } else if (!a.empty() && a[0] == '-') throw Usage("describe: unknown option '" + a + "'");
-        else if (file.empty()) file = a;
-        else throw Usage("describe: one .norm file at a time");
+        else files.push_back(a);
     }
-    if (file.empty()) throw Usage("describe: give a .norm file");
-    if (json && !plan) throw Usage("describe: --json goes with --plan");
+    if (files.empty()) throw Usage("describe: give a .norm file");
+    if (plan && invariants) throw Usage("describe: --plan or --invariants, not both");
+    if (!invariants && (!inv.sample_axes.empty() || !inv.unit_axes.empty() || !inv.transformed.empty()))
+        throw Usage("describe: --samples, --units and --transform go with --invariants");
+    if (invariants) return cmd_invariants(files, inv, json);
+    if (files.size() > 1) throw Usage("describe: one .norm file at a time (several only with --invariants)");
+    const std::string &file = files[0];
+    if (json && !plan) throw Usage("describe: --json goes with --plan or --invariants");
     NormSpec spec = load_norm_file(file);
     if (!plan) {
         std::cout << describe_norm(spec);

@@ -157,7 +157,10 @@ private:
             const TensorInfo &t = spec_.tensors[n.index];
             std::vector<AxisId> atoms = spec_.memory_atoms(t.dims);
             std::vector<Expr> coords;
-            for (auto it = atoms.rbegin(); it != atoms.rend(); ++it) coords.push_back(env.at(*it));
+            for (auto it = atoms.rbegin(); it != atoms.rend(); ++it) {
+                auto fixed = std::find_if(n.at.begin(), n.at.end(), [&](const auto &f) { return f.first == *it; });
+                coords.push_back(fixed != n.at.end() ? Expr((int)fixed->second) : env.at(*it));
+            }
             return cast(p_.acc, p_.inputs[n.index](coords));
         }
         case Node::Value: return call_value(n.index, env);
@@ -173,6 +176,10 @@ private:
             case UnaryOp::Log: return log(a);
             case UnaryOp::Abs: return abs(a);
             case UnaryOp::Sigmoid: return cast(p_.acc, 1) / (cast(p_.acc, 1) + (p_.acc == Float(32) ? exp_f32(-a) : exp(-a)));
+            // A rounding point: to nearest even in the storage type, then on in the accumulation type.
+            // strict_float keeps the value the point rounds: without it, when the type is the
+            // accumulation type (an f32 kernel), w * (x * rstd) was reassociated across the point.
+            case UnaryOp::Round: return cast(p_.acc, cast(halide_type(rounding_type(spec_, n, types_.storage)), strict_float(a)));
             }
             break;
         }

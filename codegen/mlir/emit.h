@@ -100,7 +100,7 @@ struct Leaves {
         switch (n.kind) {
         case Node::Tensor:
             for (const Node *l : nodes)
-                if (l->kind == Node::Tensor && l->index == n.index) return;
+                if (same_element(*l, n)) return;
             nodes.push_back(&n);
             return;
         case Node::Reduce:
@@ -114,9 +114,13 @@ struct Leaves {
     int find(const Node &n) const {
         for (size_t i = 0; i < nodes.size(); ++i) {
             const Node *l = nodes[i];
-            if (l == &n || (n.kind == Node::Tensor && l->kind == Node::Tensor && l->index == n.index)) return (int)i;
+            if (l == &n || same_element(*l, n)) return (int)i;
         }
         return -1;
+    }
+    // The same tensor, or the same element of an indexed one (weight[0] and weight[1] are two leaves).
+    static bool same_element(const Node &a, const Node &b) {
+        return a.kind == Node::Tensor && b.kind == Node::Tensor && a.index == b.index && a.at == b.at;
     }
 };
 
@@ -124,7 +128,11 @@ struct Leaves {
 class ExprEmitter {
 public:
     using LeafFn = std::function<Value(OpBuilder &, Location, const Node &)>;
-    ExprEmitter(const NormSpec &spec, Type acc, const std::vector<Value> &extent_f) : spec_(spec), acc_(acc), extent_f_(extent_f) {}
+    // `storage`: the kernel's storage types, and the MLIR type a value of a storage type is kept in
+    // (the CPU keeps bf16 as i16 bits): a rounding point converts there and back.
+    using StorageTypeFn = std::function<Type(DType)>;
+    ExprEmitter(const NormSpec &spec, Type acc, const std::vector<Value> &extent_f, const KernelTypes &storage, StorageTypeFn storage_type)
+        : spec_(spec), acc_(acc), extent_f_(extent_f), storage_(storage), storage_type_(std::move(storage_type)) {}
 
     Value cst(OpBuilder &b, Location loc, double v) const { return arith::ConstantOp::create(b, loc, FloatAttr::get(acc_, v)); }
 
@@ -143,6 +151,8 @@ private:
     const NormSpec &spec_;
     Type acc_;
     const std::vector<Value> &extent_f_;
+    const KernelTypes &storage_;
+    StorageTypeFn storage_type_;
 
     Value emit(OpBuilder &b, Location outer, const Node &n, const LeafFn &leaf, std::map<const Node *, Value> &memo) {
         if (auto it = memo.find(&n); it != memo.end()) return it->second;
@@ -171,6 +181,10 @@ private:
                 r = arith::DivFOp::create(b, loc, cst(b, loc, 1.0), arith::AddFOp::create(b, loc, cst(b, loc, 1.0), e));
                 break;
             }
+            // A rounding point: to nearest even in the storage type, then back to the accumulation type.
+            case UnaryOp::Round:
+                r = convert(b, loc, convert(b, loc, a, storage_type_(rounding_type(spec_, n, storage_.storage))), acc_);
+                break;
             }
             break;
         }

@@ -24,7 +24,8 @@ public:
     CpuLowerer(MLIRContext &ctx, const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule)
         : ctx_(ctx), spec_(spec), types_(plan.types), full_(plan.variant == Variant::Full), sum_block_(schedule.get("sum_block")),
           fuse_trailing_(schedule.flag("fuse_trailing")), b_(&ctx), loc_(NameLoc::get(StringAttr::get(&ctx, spec.name))),
-          acc_(element_type(ctx, spec.accumulate)), emitter_(spec, acc_, extent_f_) {}
+          acc_(element_type(ctx, spec.accumulate)),
+          emitter_(spec, acc_, extent_f_, plan.types, [&ctx](DType t) { return cpu_storage_type(ctx, t); }) {}
 
     OwningOpRef<ModuleOp> run(const std::string &function) {
         OwningOpRef<ModuleOp> module = ModuleOp::create(loc_);
@@ -224,13 +225,39 @@ private:
         in.leaves.collect(spec_, expr);
         for (const Node *l : in.leaves.nodes) {
             if (l->kind == Node::Tensor) {
-                in.ops.push_back({targs_[l->index], spec_.memory_atoms(spec_.tensors[l->index].dims)});
+                in.ops.push_back(tensor_operand(*l));
             } else {
                 Value r = reduce(*l).buf;
                 in.ops.push_back({r, l->axes});
             }
         }
         return in;
+    }
+
+    // A tensor leaf as an operand; an indexed parameter (weight[0]) is the rank-reduced view of its
+    // element along the fixed axes.
+    Operand tensor_operand(const Node &leaf) {
+        std::vector<AxisId> atoms = spec_.memory_atoms(spec_.tensors[leaf.index].dims);
+        Value mem = targs_[leaf.index];
+        if (leaf.at.empty()) return {mem, atoms};
+        SmallVector<OpFoldResult> offsets, sizes, strides;
+        SmallVector<int64_t> shape;
+        std::vector<AxisId> kept;
+        for (AxisId a : atoms) {
+            auto f = std::find_if(leaf.at.begin(), leaf.at.end(), [&](const auto &p) { return p.first == a; });
+            strides.push_back(b_.getIndexAttr(1));
+            if (f != leaf.at.end()) {
+                offsets.push_back(b_.getIndexAttr(f->second));
+                sizes.push_back(b_.getIndexAttr(1));
+            } else {
+                offsets.push_back(b_.getIndexAttr(0));
+                sizes.push_back(ext_[a]);
+                shape.push_back(ShapedType::kDynamic);
+                kept.push_back(a);
+            }
+        }
+        MemRefType type = memref::SubViewOp::inferRankReducedResultType(shape, cast<MemRefType>(mem.getType()), offsets, sizes, strides);
+        return {memref::SubViewOp::create(b_, loc_, type, mem, offsets, sizes, strides), kept};
     }
 
     Value eval(OpBuilder &b, Location loc, const Node &e, const Inputs &in, ValueRange args) {

@@ -20,7 +20,8 @@ class CudaLowerer {
 public:
     CudaLowerer(MLIRContext &ctx, const NormSpec &spec, const KernelPlan &kplan, const CudaPlan &plan)
         : ctx_(ctx), spec_(spec), types_(kplan.types), full_(kplan.variant == Variant::Full), plan_(plan), b_(&ctx), loc_(NameLoc::get(StringAttr::get(&ctx, spec.name))),
-          acc_(element_type(ctx, spec.accumulate)), emitter_(spec, acc_, extent_f_) {}
+          acc_(element_type(ctx, spec.accumulate)),
+          emitter_(spec, acc_, extent_f_, kplan.types, [&ctx](DType t) { return element_type(ctx, t); }) {}
 
     OwningOpRef<ModuleOp> run(const std::string &function) {
         OwningOpRef<ModuleOp> module = ModuleOp::create(loc_);
@@ -147,11 +148,14 @@ private:
     }
 
     Value eval(OpBuilder &b, Location loc, const Node &e, const Env &env) {
-        std::map<int, Value> loaded;  // one load per tensor per evaluation
+        std::map<std::pair<int, std::vector<std::pair<AxisId, int64_t>>>, Value> loaded;  // one load per element per evaluation
         return emitter_.emit(b, loc, e, [&](OpBuilder &bb, Location ll, const Node &leaf) -> Value {
             if (leaf.kind == Node::Reduce) return red_.at(&leaf);
-            Value &v = loaded[leaf.index];
-            if (!v) v = convert(bb, ll, memref::LoadOp::create(bb, ll, mem_[leaf.index], ValueRange{linear(bb, ll, atoms_[leaf.index], env)}), acc_);
+            Value &v = loaded[{leaf.index, leaf.at}];
+            if (v) return v;
+            Env at = env;  // an indexed parameter (weight[0]): its fixed axes at their constants
+            for (const auto &[axis, i] : leaf.at) at[axis] = index_cst(bb, ll, i);
+            v = convert(bb, ll, memref::LoadOp::create(bb, ll, mem_[leaf.index], ValueRange{linear(bb, ll, atoms_[leaf.index], at)}), acc_);
             return v;
         });
     }

@@ -45,8 +45,7 @@ VerifyArgs parse_verify_args(const std::vector<std::string> &args) {
         else if (a == "--quick") v.quick = true;
         else if (a == "--failures") v.failures_only = true;
         else if (a == "--seed") {
-            std::string s = value("--seed");
-            try { v.seed = std::stoull(s); } catch (...) { throw Usage("--seed: '" + s + "' is not a number"); }
+            v.seed = parse_seed(value("--seed"));
         } else if (!a.empty() && a[0] == '-') throw Usage("verify: unknown option '" + a + "'");
         else v.files.push_back(a);
     }
@@ -88,6 +87,14 @@ GenerateArgs parse_generate_args(const std::vector<std::string> &args, const std
         else g.files.push_back(a);
     }
     return g;
+}
+
+uint64_t parse_seed(const std::string &s) {
+    size_t used = 0;
+    uint64_t v = 0;
+    try { v = std::stoull(s, &used); } catch (...) { used = 0; }
+    if (used == 0 || used != s.size() || s[0] == '-') throw Usage("--seed: '" + s + "' is not a number");
+    return v;
 }
 
 }  // namespace normgen

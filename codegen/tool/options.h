@@ -17,6 +17,8 @@ struct Usage : std::runtime_error {
 // "f32,bf16" or "all" -> types; throws Usage on an unknown name.
 std::vector<DType> parse_dtypes(const std::string &list);
 std::vector<std::string> split_list(const std::string &list);
+// A --seed value: a non-negative integer; Usage otherwise.
+uint64_t parse_seed(const std::string &s);
 
 struct VerifyArgs {
     std::vector<std::string> files;

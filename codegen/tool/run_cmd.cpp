@@ -1,5 +1,6 @@
 #include "codegen/tool/run_cmd.h"
 
+#include "codegen/common/kernel_plan.h"
 #include "codegen/tool/options.h"
 #include "dsl/checker.h"
 #include "runtime/errors.h"
@@ -71,7 +72,7 @@ int cmd_run(const RunArgs &r, const KernelFactory *make) {
     // Evaluate everything before creating the output folder: a bad call writes nothing.
     TensorMap outputs;
     if (r.backend == "reference") {
-        outputs = evaluate_reference(spec, inputs, r.overrides);
+        outputs = evaluate_reference(spec, inputs, r.overrides, {kernel_types(spec, r.dtype).storage});
     } else {
         if (!make) throw UserError("run: backend '" + r.backend + "' is not available here");
         // Constants are compiled into the kernel; axis extents (e.g. the group count) are not.

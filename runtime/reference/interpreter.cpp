@@ -1,6 +1,7 @@
 #include "runtime/reference/interpreter.h"
 
 #include "runtime/errors.h"
+#include "runtime/storage.h"
 
 #include <algorithm>
 #include <array>
@@ -95,6 +96,7 @@ double apply_unary(UnaryOp op, double x) {
     case UnaryOp::Log: return std::log(x);
     case UnaryOp::Abs: return std::fabs(x);
     case UnaryOp::Sigmoid: return 1.0 / (1.0 + std::exp(-x));
+    case UnaryOp::Round: break;  // needs its storage type: Interpreter::round_point
     }
     return NAN;
 }
@@ -115,8 +117,8 @@ double apply_binary(BinaryOp op, double a, double b) {
 
 class Interpreter {
 public:
-    Interpreter(const NormSpec &spec, const TensorMap &inputs, const Overrides &ov)
-        : spec_(spec), ov_(ov), ext_(bind_axes(spec, inputs, ov)) {
+    Interpreter(const NormSpec &spec, const TensorMap &inputs, const Overrides &ov, const ReferenceOptions &opt)
+        : spec_(spec), ov_(ov), opt_(opt), ext_(bind_axes(spec, inputs, ov)) {
         for (const TensorInfo &t : spec.tensors) tensors_.push_back(std::make_shared<Field>(to_field(t, inputs.at(t.name))));
         values_.resize(spec.values.size());
     }
@@ -132,6 +134,7 @@ public:
 private:
     const NormSpec &spec_;
     const Overrides &ov_;
+    const ReferenceOptions &opt_;
     AxisExtents ext_;
     // Shared, immutable results: a tensor or value read in several places is never copied.
     using FieldPtr = std::shared_ptr<const Field>;
@@ -196,7 +199,7 @@ private:
         switch (n.kind) {
         case Node::Literal: return scalar(n.value);
         case Node::Const: return scalar(const_value(n));
-        case Node::Tensor: return tensors_[n.index];
+        case Node::Tensor: return n.at.empty() ? tensors_[n.index] : element(n, *tensors_[n.index]);
         case Node::Value: return value(n.index);
         case Node::Count: {
             double c = 1;
@@ -204,6 +207,7 @@ private:
             return scalar(c);
         }
         case Node::Unary: {
+            if (n.unary == UnaryOp::Round) return round_point(n, eval(*n.args[0]));
             auto f = std::make_shared<Field>(*eval(*n.args[0]));
             for (double &v : f->data) v = apply_unary(n.unary, v);
             return f;
@@ -225,6 +229,46 @@ private:
         case Node::Reduce: return std::make_shared<Field>(reduce(n, *eval(*n.args[0])));
         }
         throw std::logic_error("reference: unknown node kind");
+    }
+
+    // A rounding point: the value rounded to nearest even in its storage type (or as the options say).
+    FieldPtr round_point(const Node &n, FieldPtr in) const {
+        if (opt_.rounding == Rounding::Ignored) return in;
+        const DType t = rounding_type(spec_, n, opt_.storage);
+        auto f = std::make_shared<Field>(*in);
+        for (double &v : f->data) {
+            if (!std::isfinite(v)) continue;
+            double r = round_to(v, t);
+            if (opt_.rounding == Rounding::UlpUp) r += ulp_of(r, t);
+            if (opt_.rounding == Rounding::UlpDown) r -= ulp_of(r, t);
+            v = r;
+        }
+        return f;
+    }
+
+    // An indexed tensor, `weight[0]`: the slice at the fixed indices (the node's axes remain).
+    FieldPtr element(const Node &n, const Field &t) const {
+        auto out = std::make_shared<Field>();
+        Field &r = *out;
+        r.axes = n.axes;
+        r.ext = extents_of(r.axes, ext_);
+        r.data.resize((size_t)product(r.ext));
+        std::vector<int64_t> own(t.axes.size());
+        int64_t s = 1;
+        for (size_t i = t.axes.size(); i-- > 0;) { own[i] = s; s *= t.ext[i]; }
+        int64_t base = 0;
+        for (const auto &[axis, index] : n.at) {
+            size_t k = std::find(t.axes.begin(), t.axes.end(), axis) - t.axes.begin();
+            if (index >= t.ext[k]) throw std::logic_error("reference: index out of the bound extent");
+            base += own[k] * index;
+        }
+        std::array<std::vector<int64_t>, 2> st{strides_along(r, r.axes), strides_along(t, r.axes)};
+        if (r.axes.empty()) {
+            r.data[0] = t.data[(size_t)base];
+            return out;
+        }
+        for_each_point<2>(r.ext, st, [&](const std::array<int64_t, 2> &o) { r.data[o[0]] = t.data[(size_t)(base + o[1])]; });
+        return out;
     }
 
     Field reduce(const Node &n, const Field &in) {
@@ -274,7 +318,7 @@ private:
 
 }  // namespace
 
-TensorMap evaluate_reference(const NormSpec &spec, const TensorMap &inputs, const Overrides &overrides) {
+TensorMap evaluate_reference(const NormSpec &spec, const TensorMap &inputs, const Overrides &overrides, const ReferenceOptions &options) {
     // The interpreter allocates and frees many large temporaries; keep them on the heap instead of
     // fresh mmap'ed pages each time (page faults were half of its run time on the verifier sweep).
     static const bool heap_tuned = [] {
@@ -283,7 +327,7 @@ TensorMap evaluate_reference(const NormSpec &spec, const TensorMap &inputs, cons
         return true;
     }();
     (void)heap_tuned;
-    return Interpreter(spec, inputs, overrides).run();
+    return Interpreter(spec, inputs, overrides, options).run();
 }
 
 }  // namespace normgen

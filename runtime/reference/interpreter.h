@@ -3,7 +3,8 @@
 // It evaluates the declaration as written, with no knowledge of which layer it is: inputs are bound
 // to their declared axes (split views resolved from the fixed extents), expressions broadcast by axis
 // name, reductions accumulate in double with compensated (Neumaier) summation, and var() is the
-// two-pass population variance. It is the "truth" every backend is compared with.
+// two-pass population variance; a rounding point rounds the float64 value, correctly, to its storage
+// type. It is the "truth" every backend is compared with.
 #pragma once
 
 #include "dsl/norm_spec.h"
@@ -15,8 +16,24 @@
 
 namespace normgen {
 
+// What the reference does at a rounding point (`round(e, to: T)`).
+enum class Rounding {
+    AsDeclared,  // round the float64 value to T, to nearest even: the declared result
+    Ignored,     // pass the value through (the smooth function the verifier's sensitivity needs)
+    UlpUp,       // round, then move one unit of T up / down: what a kernel whose value before the
+    UlpDown,     // rounding point sits on the other side of a rounding boundary can produce
+};
+
+struct ReferenceOptions {
+    // The storage types of the kernel the reference stands for: `round(e, to: x)` rounds to x's
+    // type there. A tensor not listed takes its declared default (the first of its storage types).
+    StorageMap storage;
+    Rounding rounding = Rounding::AsDeclared;
+};
+
 // Evaluates every output (optional ones included). Inputs must be named as declared; parameters too.
 // A rank-0 tensor may be given as any one-element array (PyTorch stores scalars as shape [1]).
-TensorMap evaluate_reference(const NormSpec &spec, const TensorMap &inputs, const Overrides &overrides = {});
+TensorMap evaluate_reference(const NormSpec &spec, const TensorMap &inputs, const Overrides &overrides = {},
+                             const ReferenceOptions &options = {});
 
 }  // namespace normgen

@@ -46,11 +46,14 @@ TEST_CASE("every catalog layer's plan: layout class, rows, split axes, CUDA bloc
         {"layer_norm_last_two_axes", {L::Row, L::Row, "y", "n", "n", "n", {"y"}}},
         {"layer_norm_no_affine", {L::Row, L::Row, "y", "rows", "rows", "rows", {"y"}}},
         {"layer_norm_weight_only", {L::Row, L::Row, "y", "rows", "rows", "rows", {"y"}}},
+        {"poly_norm", {L::Row, L::Row, "y", "rows", "rows", "rows", {"y"}}},
         {"qk_norm", {L::Row, L::Row, "y", "b,t,heads", "b,t,heads", "b,t,heads", {"y"}}},
         {"rms_norm", {L::Row, L::Root, "y", "rows", "rows", "rows", {"y", "rstd"}}},
         {"rms_norm_gemma", {L::Row, L::Row, "y", "rows", "rows", "rows", {"y"}}},
+        {"rms_norm_llama", {L::Row, L::Row, "y", "rows", "rows", "rows", {"y"}}},
         {"sandwich_norm", {L::Row, L::Row, "h", "rows", "rows", "rows", {"h", "y"}}},
         {"scale_norm", {L::Row, L::Row, "y", "rows", "rows", "rows", {"y"}}},
+        {"weight_norm", {L::Row, L::Row, "w", "o", "o", "o", {"w"}}},  // the normalized tensor is a parameter
     };
     size_t files = 0;
     for (const auto &entry : std::filesystem::directory_iterator(std::string(NORMGEN_SOURCE_DIR) + "/dsl/catalog")) {

@@ -39,8 +39,8 @@ using Names = std::vector<std::string>;
 TEST_CASE("the catalog holds the layers the design promises", "[dsl][catalog]") {
     Names expected = {"batch_norm_eval", "batch_norm_train", "deepnorm", "dyt", "fused_add_rms_norm", "group_norm_nchw",
                       "group_norm_nhwc", "instance_norm", "layer_norm", "layer_norm_eps_outside_root",
-                      "layer_norm_last_two_axes", "layer_norm_no_affine", "layer_norm_weight_only", "qk_norm", "rms_norm",
-                      "rms_norm_gemma", "sandwich_norm", "scale_norm"};
+                      "layer_norm_last_two_axes", "layer_norm_no_affine", "layer_norm_weight_only", "poly_norm", "qk_norm",
+                      "rms_norm", "rms_norm_gemma", "rms_norm_llama", "sandwich_norm", "scale_norm", "weight_norm"};
     Names found;
     for (const auto &f : catalog_files()) found.push_back(fs::path(f).stem().string());
     CHECK(found == expected);

@@ -70,7 +70,7 @@ int run_one(const Registry::Kernel &k, const Shape &shape, uint64_t seed, bool c
         stored[a.name] = s.host();
         store[a.name] = std::move(s);
     }
-    TensorMap ref = evaluate_reference(spec, stored);
+    TensorMap ref = evaluate_reference(spec, stored, {}, {k.storage()});
     for (const KernelArg &a : k.args) {
         if (a.role != KernelArg::Output) continue;
         if (a.optional && !k.full()) continue;  // a core kernel takes no optional output

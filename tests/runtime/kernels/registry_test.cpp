@@ -76,7 +76,7 @@ struct Call {
             stored[a.name] = s.host();
             store[a.name] = std::move(s);
         }
-        ref = evaluate_reference(spec, stored);
+        ref = evaluate_reference(spec, stored, {}, {k.storage()});
         for (const KernelArg &a : k.args) {
             if (a.role != KernelArg::Output || (a.optional && !all_outputs)) continue;
             const HostTensor &r = ref.at(a.name);
