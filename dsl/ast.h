@@ -54,6 +54,7 @@ struct Expr {
     std::vector<double> indices;
     std::vector<std::string> index_spellings;
     std::vector<SourceLoc> index_locs;
+    int depth = 1;  // levels of the tree below and including this node (the parser bounds it)
 };
 
 struct OutputDecl {

@@ -95,6 +95,15 @@ private:
     std::map<std::string, int> let_order_;
     std::map<std::string, int> value_index_;
     std::set<std::string> used_tensors_;
+    std::vector<int> value_depth_;  // per value: the depth of its computation through the values it uses
+    static constexpr int kMaxComputationDepth = 1000;
+
+    int depth_of(const Node &n) const {
+        if (n.kind == Node::Value) return 1 + value_depth_[n.index];
+        int d = 0;
+        for (const auto &a : n.args) d = std::max(d, depth_of(*a));
+        return 1 + d;
+    }
 
     // ---- axes and tensors -------------------------------------------------------------------------
 
@@ -225,7 +234,7 @@ private:
                     sink_.error(s.name.loc, "the extent of axis '" + s.name.text + "' is fixed twice");
                     continue;
                 }
-                if (s.value < 1 || s.value != (double)(int64_t)s.value || s.value > 1e12) {
+                if (!(s.value >= 1 && s.value <= 1e12) || s.value != std::floor(s.value)) {  // range first: the cast of 3e77 is undefined
                     sink_.error(s.value_loc, "the extent of axis '" + s.name.text + "' must be a positive integer, got " + s.value_spelling);
                     continue;
                 }
@@ -265,6 +274,15 @@ private:
             if (find_forward_use(s, path)) continue;
             NodePtr e = lower(*s.expr, s.name.text);
             if (!e) continue;
+            // Every consumer walks values recursively through the values they use: bound the depth
+            // of the whole computation, not only of one expression (the parser bounds that).
+            const int depth = depth_of(*e);
+            if (depth > kMaxComputationDepth) {
+                sink_.error(s.name.loc, "'" + s.name.text + "' is " + std::to_string(depth) + " levels deep through the values it uses (at most " +
+                                            std::to_string(kMaxComputationDepth) + ")");
+                continue;
+            }
+            value_depth_.push_back(depth);
             value_index_[s.name.text] = (int)spec_.values.size();
             spec_.values.push_back({s.name.text, e, s.name.loc});
         }
@@ -594,6 +612,12 @@ private:
     }
 
     void check_outputs() {
+        // Kernels compute their required outputs and the optional ones on request: a layer whose
+        // every output is optional would have an empty core kernel (found by fuzzing: a crash).
+        bool required = false;
+        for (const ast::OutputDecl &o : decl_.outputs) required = required || !o.optional;
+        if (!decl_.outputs.empty() && !required)
+            sink_.error(decl_.outputs[0].name.loc, "every output is optional ('?'); at least one output must be required");
         std::set<std::string> seen;
         for (const ast::OutputDecl &o : decl_.outputs) {
             if (!seen.insert(o.name.text).second) {

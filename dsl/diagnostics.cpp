@@ -1,5 +1,6 @@
 #include "dsl/diagnostics.h"
 
+#include <algorithm>
 #include <sstream>
 
 namespace normgen {
@@ -24,10 +25,18 @@ std::string Diagnostic::render() const {
     if (loc.valid()) os << ":" << loc.line << ":" << loc.col;
     os << ": error: " << message << "\n";
     if (loc.valid() && !source_line.empty()) {
-        os << "  " << source_line << "\n  ";
+        // A long line is clipped to a window around the caret, marked with "...".
+        constexpr size_t kWidth = 120, kBefore = 60;
+        const size_t caret = (size_t)std::max(loc.col - 1, 0);
+        size_t begin = 0, end = source_line.size();
+        if (source_line.size() > kWidth) {
+            begin = caret > kBefore ? std::min(caret - kBefore, source_line.size() - kWidth) : 0;
+            end = begin + kWidth;
+        }
+        const std::string head = begin > 0 ? "..." : "", tail = end < source_line.size() ? "..." : "";
+        os << "  " << head << source_line.substr(begin, end - begin) << tail << "\n  " << std::string(head.size(), ' ');
         // Keep tabs so the caret lines up under tab-indented source.
-        for (int i = 1; i < loc.col && i - 1 < (int)source_line.size(); ++i)
-            os << (source_line[i - 1] == '\t' ? '\t' : ' ');
+        for (size_t i = begin; i < caret && i < source_line.size(); ++i) os << (source_line[i] == '\t' ? '\t' : ' ');
         os << "^\n";
     }
     return os.str();
@@ -41,8 +50,10 @@ DiagnosticError::DiagnosticError(std::vector<Diagnostic> diags)
     : std::runtime_error(first_message(diags)), diags_(std::move(diags)) {}
 
 std::string DiagnosticError::render() const {
+    constexpr size_t kShown = 20;  // a file with thousands of mistakes gets the first ones and a count
     std::string s;
-    for (const auto &d : diags_) s += d.render();
+    for (size_t i = 0; i < diags_.size() && i < kShown; ++i) s += diags_[i].render();
+    if (diags_.size() > kShown) s += "... and " + std::to_string(diags_.size() - kShown) + " more errors\n";
     return s;
 }
 

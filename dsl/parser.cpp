@@ -2,6 +2,8 @@
 
 #include "dsl/lexer.h"
 
+#include <algorithm>
+
 namespace normgen {
 namespace {
 
@@ -20,7 +22,8 @@ private:
     std::vector<Token> toks_;
     size_t pos_ = 0;
     int depth_ = 0;
-    static constexpr int kMaxDepth = 200;
+    static constexpr int kMaxDepth = 200;        // nested parentheses, calls and unary minus
+    static constexpr int kMaxTreeDepth = 500;    // levels of the expression tree (ASan's frames need the room)
 
     // Bounds the recursion so a pathological file is a diagnostic, not a stack overflow.
     struct DepthGuard {
@@ -173,7 +176,7 @@ private:
                 ast::ExprPtr lhs = parse_term();
         while (at(Tok::Plus) || at(Tok::Minus)) {
             const Token &op = next();
-            lhs = binary(op.kind == Tok::Plus ? '+' : '-', op.loc, lhs, parse_term());
+            lhs = binary(op.kind == Tok::Plus ? '+' : '-', op, lhs, parse_term());
         }
         return lhs;
     }
@@ -183,7 +186,7 @@ private:
         ast::ExprPtr lhs = parse_unary();
         while (at(Tok::Star) || at(Tok::Slash)) {
             const Token &op = next();
-            lhs = binary(op.kind == Tok::Star ? '*' : '/', op.loc, lhs, parse_unary());
+            lhs = binary(op.kind == Tok::Star ? '*' : '/', op, lhs, parse_unary());
         }
         return lhs;
     }
@@ -196,6 +199,7 @@ private:
             e->kind = ast::Expr::Neg;
             e->loc = next().loc;
             e->args.push_back(parse_unary());
+            e->depth = 1 + e->args[0]->depth;
             return e;
         }
         return parse_primary();
@@ -256,19 +260,30 @@ private:
                     break;
                 }
                 e->args.push_back(parse_expr());
+                e->depth = std::max(e->depth, 1 + e->args.back()->depth);
             } while (at(Tok::Comma) && (next(), true));
         }
         expect(Tok::RParen, ("to close the call to '" + e->name + "'").c_str());
         return e;
     }
 
-    static ast::ExprPtr binary(char op, SourceLoc loc, ast::ExprPtr a, ast::ExprPtr b) {
+    ast::ExprPtr binary(char op, const Token &at, ast::ExprPtr a, ast::ExprPtr b) {
         auto e = std::make_shared<ast::Expr>();
         e->kind = ast::Expr::Binary;
         e->op = op;
-        e->loc = loc;
+        e->loc = at.loc;
+        e->depth = 1 + std::max(a->depth, b->depth);
         e->args = {std::move(a), std::move(b)};
+        check_tree_depth(*e, at);
         return e;
+    }
+
+    // A flat chain `x + x + ... + x` nests as deeply as parentheses do once parsed: every later pass
+    // walks the tree recursively, so its depth is bounded too (at the operator that passes it).
+    void check_tree_depth(const ast::Expr &e, const Token &at) {
+        if (e.depth > kMaxTreeDepth)
+            fail(at, "expression too deep: more than " + std::to_string(kMaxTreeDepth) +
+                         " levels of operators (split it into named values)");
     }
 };
 

@@ -1,6 +1,7 @@
 #include "runtime/random_inputs.h"
 
 #include <cmath>
+#include <set>
 
 namespace normgen {
 
@@ -22,7 +23,13 @@ TensorMap random_inputs(const NormSpec &spec, const AxisExtents &ext, const Rand
     std::normal_distribution<double> normal(0.0, 1.0);
     std::uniform_real_distribution<double> uniform(0.5, 1.5);
     TensorMap m;
-    for (const TensorInfo &t : spec.tensors) {
+    // The offset stresses the statistics' cancellation: it goes to the inputs a reduction reads (the
+    // normalized activations), not to others (adaLN's scale and shift, running statistics), whose
+    // offset would only push the outputs out of range; without reductions, to every input.
+    const std::set<int> reduced = spec.reduced_tensors();
+    for (size_t ti = 0; ti < spec.tensors.size(); ++ti) {
+        const TensorInfo &t = spec.tensors[ti];
+        const double offset = reduced.empty() || reduced.count((int)ti) ? opts.offset : 0.0;
         HostTensor h;
         h.shape = physical_shape(spec, t.dims, ext);
         h.data.resize((size_t)h.numel());
@@ -35,7 +42,7 @@ TensorMap random_inputs(const NormSpec &spec, const AxisExtents &ext, const Rand
             } else {
                 double z = normal(rng);
                 if (z == 0) z = 0.5;  // never an exact zero
-                v = opts.offset + z;
+                v = offset + z;
             }
             // Inputs are drawn in float32 so every storage type sees the same exact values.
             v = (double)(float)v;

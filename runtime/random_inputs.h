@@ -12,7 +12,8 @@
 namespace normgen {
 
 struct RandomInputOptions {
-    double offset = 0;        // added to every signature input (the activations), not to params
+    double offset = 0;        // added to the inputs a reduction reads (the activations; every input of a
+                              // layer without reductions), not to params or other inputs
     uint64_t seed = 1;
 };
 

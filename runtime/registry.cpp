@@ -56,7 +56,16 @@ bool cpu_supports(const std::string &f) {
     NORMGEN_FEATURE("avx512bitalg")
     NORMGEN_FEATURE("avx512vpopcntdq")
     NORMGEN_FEATURE("avx512bf16")
+#if !defined(__clang__) || __clang_major__ >= 16
     NORMGEN_FEATURE("avx512fp16")
+#else
+    // Clang before 16 has no such name (the fuzzing and sanitizer builds): CPUID leaf 7, EDX bit 23.
+    if (f == "avx512fp16") {
+        unsigned a = 7, b = 0, c = 0, d = 0;
+        __asm__ __volatile__("cpuid" : "+a"(a), "=b"(b), "+c"(c), "=d"(d));
+        return ((d >> 23) & 1) && __builtin_cpu_supports("avx512f");
+    }
+#endif
 #undef NORMGEN_FEATURE
     // F16C has no __builtin_cpu_supports name in GCC 12: CPUID leaf 1, ECX bit 29.
     if (f == "f16c") {

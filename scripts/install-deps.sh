@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what normgen needs, idempotently and pinned:
-#   - Debian packages (MLIR/LLVM 22, Catch2 v2, Google Benchmark, oneDNN, libtorch, PoCL, ccache, numpy)
+#   - Debian packages (MLIR/LLVM 22, Catch2 v2, Google Benchmark, oneDNN, libtorch, PoCL, ccache, numpy,
+#     Clang with libFuzzer for scripts/fuzz.sh)
 #   - a project-local venv (.venv/) holding Halide 21 from PyPI (C++ library, headers, CMake package)
 #     and a newer CMake if the system's is older than Halide's package needs.
 # Safe to run repeatedly: it does nothing when everything is already present.
@@ -16,6 +17,7 @@ DEBIAN_PACKAGES=(
   libdnnl-dev libtorch-dev
   ocl-icd-opencl-dev pocl-opencl-icd
   python3-matplotlib
+  clang libclang-rt-14-dev
 )
 
 missing=()

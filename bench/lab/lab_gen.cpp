@@ -83,4 +83,13 @@ int run(const std::vector<std::string> &a) {
 
 }  // namespace
 
-int main(int argc, char **argv) { return run_tool("normgen-lab-gen", argc, argv, run); }
+constexpr const char *kHelp = R"(normgen-lab-gen - compiles one layer with the production schedule plus record overrides for the lab.
+
+usage:
+  normgen-lab-gen FILE.norm --dtype f32 --variant NAME --out DIR --fragment F.json
+                  [--schedule 'knob=value,...'] [--stmt FILE] [--asm FILE] [--llvm FILE.ll]
+
+--llvm writes LLVM assembly instead of the static library. The function is lab__<variant>__<layer>__<dtype>.
+)";
+
+int main(int argc, char **argv) { return run_tool("normgen-lab-gen", argc, argv, run, kHelp); }

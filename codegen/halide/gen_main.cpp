@@ -50,4 +50,19 @@ int run(const std::vector<std::string> &args) {
 
 }  // namespace
 
-int main(int argc, char **argv) { return run_tool("normgen-gen", argc, argv, run); }
+constexpr const char *kHelp = R"(normgen-gen - the build-time Halide generator of normgen (CMake runs it; see README).
+
+usage:
+  normgen-gen compile FILE.norm --dtype f32,bf16,f16 --target host,x86-64-avx2 --out DIR --fragment F.json
+                      [--archive NAME.a] [--source NAME] [--schedule KNOBS|FILE.json]
+        Compile every kernel of one declaration (each storage type, target and variant) into DIR,
+        one static library per file (--archive), and write its manifest entries to F.json.
+  normgen-gen runtime --out FILE.o
+        Compile the shared Halide runtime the kernels link against.
+  normgen-gen merge --manifest manifest.json --table kernel_table.cpp FRAGMENT.json...
+        Merge manifest fragments into the manifest and the kernel table.
+
+Exit 0 on success, 1 on a user's mistake (a located diagnostic, a bad option), 2 on a bug.
+)";
+
+int main(int argc, char **argv) { return run_tool("normgen-gen", argc, argv, run, kHelp); }

@@ -206,7 +206,10 @@ Jit::Jit(mlir::ModuleOp module, const std::string &function) : impl_(std::make_u
     init_llvm();
     auto tm = host_machine();
     mlir::ExecutionEngineOptions options;
-    options.transformer = mlir::makeOptimizingTransformer(3, 0, tm.get());
+    // options.transformer is a function_ref: the std::function it refers to must outlive create()
+    // (assigned from the temporary it dangled; found by AddressSanitizer, stack-use-after-scope).
+    const std::function<llvm::Error(llvm::Module *)> transformer = mlir::makeOptimizingTransformer(3, 0, tm.get());
+    options.transformer = transformer;
     auto engine = mlir::ExecutionEngine::create(module, options);
     if (!engine) throw std::runtime_error("mlir: JIT compilation failed: " + llvm::toString(engine.takeError()));
     impl_->engine = std::move(*engine);

@@ -8,7 +8,15 @@
 
 namespace normgen {
 
-int run_tool(const std::string &name, int argc, char **argv, const std::function<int(const std::vector<std::string> &)> &command) {
+int run_tool(const std::string &name, int argc, char **argv, const std::function<int(const std::vector<std::string> &)> &command,
+             const std::string &help) {
+    if (!help.empty() && argc > 1) {
+        const std::string a = argv[1];
+        if (a == "-h" || a == "--help" || a == "help") {
+            std::cout << help;
+            return 0;
+        }
+    }
     try {
         return command(std::vector<std::string>(argv + 1, argv + argc));
     } catch (const Usage &e) {

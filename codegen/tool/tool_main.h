@@ -11,6 +11,9 @@
 
 namespace normgen {
 
-int run_tool(const std::string &name, int argc, char **argv, const std::function<int(const std::vector<std::string> &)> &command);
+// `help`, when given, is printed (exit 0) for `-h`, `--help` or `help` as the first argument; tools
+// without it answer --help themselves.
+int run_tool(const std::string &name, int argc, char **argv, const std::function<int(const std::vector<std::string> &)> &command,
+             const std::string &help = "");
 
 }  // namespace normgen

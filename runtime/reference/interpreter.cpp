@@ -75,15 +75,20 @@ void for_each_point(const std::vector<int64_t> &ext, const std::array<std::vecto
 }
 
 // Neumaier's compensated sum: the reference must be more accurate than any kernel it judges.
+// An infinity makes the sum infinite (or NaN for inf - inf), as IEEE addition does; the compensation
+// term would turn it into NaN (inf - inf) and is dropped once the sum is not finite (found by the
+// bad-input test: ScaleNorm's row with one inf became all NaN in the reference, 0 in the kernels).
 struct CompensatedSum {
     double sum = 0, c = 0;
     void add(double x) {
         double t = sum + x;
-        if (std::fabs(sum) >= std::fabs(x)) c += (sum - t) + x;
-        else c += (x - t) + sum;
+        if (std::isfinite(t)) {
+            if (std::fabs(sum) >= std::fabs(x)) c += (sum - t) + x;
+            else c += (x - t) + sum;
+        }
         sum = t;
     }
-    double value() const { return sum + c; }
+    double value() const { return std::isfinite(sum) ? sum + c : sum; }
 };
 
 double apply_unary(UnaryOp op, double x) {

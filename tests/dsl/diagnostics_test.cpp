@@ -114,6 +114,10 @@ TEST_CASE("diagnostics: text and location", "[dsl][diagnostics]") {
         {"axis twice in a shape", "norm a(x: [d, d]) -> y {\n  y = x\n}", 1, "d", "axis 'd' appears twice in the shape of 'x'", 2},
         {"axis twice in over", "norm a(x: [r, d]) -> y {\n  y = x - mean(x, over: d, d)\n}", 2, "d", "axis 'd' is listed twice in 'over:'", 2},
         {"output that is an input", "norm a(x: [d]) -> x {\n  y = x\n}", 1, "x {", "output 'x' is an input"},
+        {"only optional outputs (found by fuzzing: a crash in the plan)", "norm a(x: [d]) -> y?, z? {\n  y = x\n  z = x * 2\n}", 1, "y?",
+         "every output is optional ('?'); at least one output must be required"},
+        {"huge axis extent (found by fuzzing: the cast was undefined)", "norm a(x: [n, c: (g, cg)]) -> y {\n  axis g = 3e77\n  y = x - mean(x, over: cg)\n}", 2, "3e77",
+         "the extent of axis 'g' must be a positive integer, got 3e77"},
         {"non-integer axis extent", "norm a(x: [n, c: (g, cg)]) -> y {\n  axis g = 2.5\n  y = x - mean(x, over: cg)\n}", 2, "2.5",
          "the extent of axis 'g' must be a positive integer, got 2.5"},
         {"split declared after unsplit use", "norm a(w: [c], x: [n, c: (g, cg)]) -> y {\n  axis g = 2\n  y = x * w\n}", 1, "c:",
@@ -178,4 +182,55 @@ TEST_CASE("the checker reports several independent errors at once", "[dsl][diagn
 
 TEST_CASE("a missing file is a diagnostic, not a crash", "[dsl][diagnostics]") {
     CHECK_THROWS_AS(load_norm_file("no/such/file.norm"), DiagnosticError);
+}
+
+TEST_CASE("a diagnostic on a long line shows a window around the caret", "[dsl][diagnostics]") {
+    // A 300 KB line with the mistake in its middle.
+    const std::string src = "norm a(x: [d]) -> y {\n  y = x +" + std::string(200000, ' ') + "zz" + std::string(100000, ' ') + "+ x\n}";
+    Diagnostic d = first_diagnostic(src);
+    CHECK(d.message.find("unknown name 'zz'") != std::string::npos);
+    const std::string r = d.render();
+    INFO(r);
+    CHECK(r.size() < 400);
+    std::istringstream is(r);
+    std::string head, line, caret;
+    std::getline(is, head);
+    std::getline(is, line);
+    std::getline(is, caret);
+    CHECK(line.find("...") != std::string::npos);
+    CHECK(line.find("zz") != std::string::npos);
+    // The caret sits under the z.
+    REQUIRE(caret.find('^') != std::string::npos);
+    CHECK(line.substr(caret.find('^'), 2) == "zz");
+    // A short line is never clipped.
+    CHECK(first_diagnostic("norm a(x: [d]) -> y {\n  y = x + zz\n}").render().find("...") == std::string::npos);
+}
+
+TEST_CASE("thousands of mistakes print the first twenty and a count", "[dsl][diagnostics]") {
+    std::string src = "norm a(x: [d]) -> y {\n";
+    for (int i = 0; i < 1000; ++i) src += "  v" + std::to_string(i) + " = nope" + std::to_string(i) + "\n";
+    src += "  y = x\n}";
+    try {
+        load_norm_text("t.norm", src);
+        FAIL("accepted");
+    } catch (const DiagnosticError &e) {
+        CHECK(e.diagnostics().size() >= 1000);
+        CHECK(e.render().find("... and 980 more errors") != std::string::npos);
+    }
+}
+
+TEST_CASE("flat chains and chains of values are bounded like nesting: a diagnostic, never a stack overflow", "[dsl][diagnostics]") {
+    std::string chain;
+    for (int i = 0; i < 50000; ++i) chain += "x + ";
+    Diagnostic d = first_diagnostic("norm a(x: [d]) -> y {\n  y = " + chain + "x\n}");
+    CHECK(d.message.find("expression too deep: more than 500 levels of operators") != std::string::npos);
+    CHECK(d.loc.line == 2);
+    std::string lets = "norm a(x: [d]) -> y {\n  v0 = x\n";
+    for (int i = 1; i < 1500; ++i) lets += "  v" + std::to_string(i) + " = v" + std::to_string(i - 1) + " + 1\n";
+    Diagnostic v = first_diagnostic(lets + "  y = v1499\n}");
+    CHECK(v.message.find("levels deep through the values it uses (at most 1000)") != std::string::npos);
+    // 400 terms are fine.
+    std::string ok;
+    for (int i = 0; i < 400; ++i) ok += "x * " + std::to_string(i) + " + ";
+    CHECK_NOTHROW(load_norm_text("t.norm", "norm a(x: [d]) -> y {\n  y = " + ok + "x\n}"));
 }

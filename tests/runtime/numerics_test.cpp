@@ -210,3 +210,15 @@ TEST_CASE("every catalog layer gets an invariance table, the metamorphic test ca
     bad.unit_axes = {"q"};
     CHECK_THROWS_AS(invariance_table(in, bad), UserError);
 }
+
+TEST_CASE("eps = 0 on an all-zero row is NaN in the reference (0 * 1 / sqrt(0)); eps > 0 gives zeros", "[reference][bad-input]") {
+    NormSpec s = load_norm_file(catalog("rms_norm"));
+    TensorMap in{{"x", tensor({2, 3}, {0, 0, 0, 1, 2, 3})}, {"weight", tensor({3}, {1, 1, 1})}};
+    TensorMap with_eps = evaluate_reference(s, in);
+    TensorMap no_eps = evaluate_reference(s, in, {{"eps", 0}});
+    for (int i = 0; i < 3; ++i) {
+        CHECK(with_eps["y"].data[i] == 0);
+        CHECK(std::isnan(no_eps["y"].data[i]));
+        CHECK(std::isfinite(no_eps["y"].data[3 + i]));
+    }
+}

@@ -5,6 +5,7 @@
 //
 // The inputs are drawn from a seed printed with every failure; set NORMGEN_TEST_SEED to replay one.
 #include "runtime/errors.h"
+#include "kernel_test_util.h"
 #include "runtime/kernel_table.h"
 #include "runtime/random_inputs.h"
 #include "runtime/reference/interpreter.h"
@@ -25,22 +26,11 @@
 #include <vector>
 
 using namespace normgen;
+using normgen::test::registry;
+using normgen::test::test_seed;
 using Shape = std::vector<int64_t>;
 
 namespace {
-
-uint64_t test_seed() {
-    static const uint64_t seed = [] {
-        if (const char *s = std::getenv("NORMGEN_TEST_SEED")) return (uint64_t)std::strtoull(s, nullptr, 10);
-        return ((uint64_t)std::random_device{}() << 32) ^ std::random_device{}();
-    }();
-    return seed;
-}
-
-const Registry &registry() {
-    static const Registry reg = Registry::load(default_manifest_path(), kKernelTable, kKernelTableSize);
-    return reg;
-}
 
 constexpr uint8_t kSentinel = 0xff;  // all-ones bytes: NaN in every storage type
 

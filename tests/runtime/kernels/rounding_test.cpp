@@ -9,6 +9,7 @@
 // integer multiple of 1/64 below 2^18, and the mean a shift of it). What follows is correctly
 // rounded f32 arithmetic in the order written (rsqrt is 1 / sqrt in both backends), the rounding
 // to nearest even, and the store. So no tolerance: the bits must match.
+#include "kernel_test_util.h"
 #include "runtime/kernel_table.h"
 #include "runtime/registry.h"
 #include "runtime/run.h"
@@ -24,21 +25,10 @@
 #include <vector>
 
 using namespace normgen;
+using normgen::test::registry;
+using normgen::test::test_seed;
 
 namespace {
-
-const Registry &registry() {
-    static const Registry reg = Registry::load(default_manifest_path(), kKernelTable, kKernelTableSize);
-    return reg;
-}
-
-uint64_t test_seed() {
-    static const uint64_t seed = [] {
-        if (const char *s = std::getenv("NORMGEN_TEST_SEED")) return (uint64_t)std::strtoull(s, nullptr, 10);
-        return ((uint64_t)std::random_device{}() << 32) ^ std::random_device{}();
-    }();
-    return seed;
-}
 
 // The value of `v` (an f32) rounded to nearest even in `t`, as an f32.
 float to_storage(float v, DType t) { return (float)round_to((double)v, t); }
