@@ -269,7 +269,10 @@ private:
             let_order_[s.name.text] = order++;
         }
         for (const ast::Stmt &s : decl_.body) {
-            if (s.kind != ast::Stmt::Let || lets_[s.name.text] != &s) continue;
+            // (find, not []: a let that failed to declare, e.g. one named like an input, must not
+            // become a null entry that later walks dereference; found by fuzzing)
+            auto it = lets_.find(s.name.text);
+            if (s.kind != ast::Stmt::Let || it == lets_.end() || it->second != &s) continue;
             std::vector<std::string> path{s.name.text};
             if (find_forward_use(s, path)) continue;
             NodePtr e = lower(*s.expr, s.name.text);

@@ -1,5 +1,7 @@
 #include "dsl/lexer.h"
 
+#include <cmath>
+
 #include <cctype>
 #include <cstdlib>
 
@@ -79,6 +81,9 @@ std::vector<Token> lex(const SourceFile &file, DiagnosticSink &sink) {
             if (bad) sink.fatal(t.loc, "malformed number '" + t.text + "'");
             t.kind = Tok::Number;
             t.number = std::strtod(t.text.c_str(), nullptr);
+            // A literal past the double range would be an infinity, which no text spells (found by
+            // fuzzing: `1e5555` printed as "inf", which does not read back).
+            if (!std::isfinite(t.number)) sink.fatal(t.loc, "number '" + t.text + "' is too large (the largest is about 1.8e308)");
             advance(j - i);
             out.push_back(t);
             continue;
