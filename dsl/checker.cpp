@@ -364,6 +364,16 @@ private:
         return written;
     }
 
+    // An elementwise function of one argument: its axes and stage are the argument's.
+    static NodePtr unary(std::shared_ptr<Node> n, UnaryOp op, NodePtr a) {
+        n->kind = Node::Unary;
+        n->unary = op;
+        n->axes = a->axes;
+        n->stage = a->stage;
+        n->args = {std::move(a)};
+        return n;
+    }
+
     NodePtr lower(const ast::Expr &e, const std::string &owner) {
         auto n = std::make_shared<Node>();
         n->loc = e.loc;
@@ -409,13 +419,7 @@ private:
         case ast::Expr::Index: return lower_index(e, n);
         case ast::Expr::Neg: {
             NodePtr a = lower(*e.args[0], owner);
-            if (!a) return nullptr;
-            n->kind = Node::Unary;
-            n->unary = UnaryOp::Neg;
-            n->axes = a->axes;
-            n->stage = a->stage;
-            n->args = {a};
-            return n;
+            return a ? unary(n, UnaryOp::Neg, a) : nullptr;
         }
         case ast::Expr::Binary: {
             NodePtr a = lower(*e.args[0], owner), b = lower(*e.args[1], owner);
@@ -501,12 +505,7 @@ private:
             sink_.error(e.to.loc, "'" + e.to.text + "' is neither a storage type (f32, bf16, f16) nor an input, parameter or output");
             return nullptr;
         }
-        n->kind = Node::Unary;
-        n->unary = UnaryOp::Round;
-        n->axes = a->axes;
-        n->stage = a->stage;
-        n->args = {a};
-        return n;
+        return unary(n, UnaryOp::Round, a);
     }
 
     NodePtr lower_call(const ast::Expr &e, const std::string &owner, std::shared_ptr<Node> n) {
@@ -576,12 +575,7 @@ private:
         }
         if (f.kind == FunctionInfo::Unary) {
             if (!arity(1)) return nullptr;
-            n->kind = Node::Unary;
-            n->unary = f.unary;
-            n->axes = args[0]->axes;
-            n->stage = args[0]->stage;
-            n->args = args;
-            return n;
+            return unary(n, f.unary, args[0]);
         }
         if (!arity(2)) return nullptr;
         n->kind = Node::Binary;

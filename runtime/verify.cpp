@@ -130,7 +130,7 @@ OutputCheck compare_output(const std::string &name, const HostTensor &got, const
         // A reduced-precision output is compared with the reference rounded to its type, overflow
         // included: a float64 70000 stored as f16 is the correctly rounded +inf.
         const bool narrow = storage != DType::F32 && storage != DType::F64;
-        if (narrow || (storage == DType::F32 && std::fabs(r) > FLT_MAX)) r = round_to(r, storage == DType::F64 ? DType::F32 : storage);
+        if (narrow || (storage == DType::F32 && std::fabs(r) > FLT_MAX)) r = round_to(r, storage);
         if (std::isinf(r) || std::isinf(k)) {
             if (r == k) continue;
             if (c.problem.empty()) {
@@ -141,16 +141,10 @@ OutputCheck compare_output(const std::string &name, const HostTensor &got, const
             fail(i, k, r, 0);
             continue;
         }
-        double want = r;
-        if (!narrow) {
-            err = std::fabs(k - r);
-            bound = ob.rel * std::fabs(r) + ob.abs;
-        } else {
-            err = std::fabs(k - want);
-            bound = ob.ulps * ulp_of(want, storage) + ob.abs;
-        }
+        err = std::fabs(k - r);  // r: for bf16/f16 the reference as rounded above
+        bound = narrow ? ob.ulps * ulp_of(r, storage) + ob.abs : ob.rel * std::fabs(r) + ob.abs;
         ratio = bound > 0 ? err / bound : (err > 0 ? INFINITY : 0);
-        if (ratio > 1.0) fail(i, k, want, bound);
+        if (ratio > 1.0) fail(i, k, r, bound);
         if (c.problem.empty() && (ratio > c.max_err || c.worst_index < 0)) {
             c.max_err = ratio;
             c.worst_abs = err;
