@@ -17,6 +17,8 @@
 #   TARGETS   Halide targets: host, x86-64-avx2, or Halide target strings (default: host).
 #   BACKENDS  halide, mlir (default: halide). mlir compiles for this host (mlir-cpu) and needs
 #             normgen-mlir beside normgen (NORMGEN_WITH_MLIR ON).
+#   GRAD      ON: also each file's backward kernels (`normgen compile --grad`: layer <name>_grad,
+#             found by Registry::select_grad(<name>, ...)), for the same types, targets, backends.
 #   SCHEDULE  schedule overrides for every kernel ('knob=value,...' or a JSON file; see
 #             `normgen compile --help`).
 #   NORMGEN   the normgen executable: a target name or a path (default: the `normgen` target when
@@ -40,7 +42,7 @@
 include_guard(GLOBAL)
 
 function(normgen_add_kernels)
-  cmake_parse_arguments(PARSE_ARGV 0 NG "" "TARGET;NORMGEN;SCHEDULE" "NORM;DTYPES;TARGETS;BACKENDS")
+  cmake_parse_arguments(PARSE_ARGV 0 NG "" "TARGET;NORMGEN;SCHEDULE;GRAD" "NORM;DTYPES;TARGETS;BACKENDS")
   if(NG_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "normgen_add_kernels: unknown arguments: ${NG_UNPARSED_ARGUMENTS}")
   endif()
@@ -122,8 +124,18 @@ function(normgen_add_kernels)
     get_filename_component(stem "${norm}" NAME_WE)
     math(EXPR index "${index} + 1")
     file(RELATIVE_PATH rel ${CMAKE_CURRENT_SOURCE_DIR} ${norm})  # the manifest's "source"
+    set(passes forward)
+    if(NG_GRAD)
+      list(APPEND passes grad)
+    endif()
+    foreach(pass IN LISTS passes)
     foreach(backend IN LISTS NG_BACKENDS)
       set(dir ${out}/${index}_${stem}/${backend})
+      set(grad_opt "")
+      if(pass STREQUAL "grad")
+        set(dir ${out}/${index}_${stem}_grad/${backend})
+        set(grad_opt --grad)
+      endif()
       set(outputs ${dir}/manifest.json ${dir}/kernel_table.cpp ${dir}/halide_runtime.o ${dir}/kernels.a)
       set(target_opt --target ${target_arg})
       if(backend STREQUAL "mlir")
@@ -133,10 +145,10 @@ function(normgen_add_kernels)
         OUTPUT ${outputs}
         COMMAND ${CMAKE_COMMAND} -E make_directory ${dir}
         COMMAND ${normgen_cmd} compile ${rel} -o ${dir} --backend ${backend} --dtype ${dtype_arg} ${target_opt}
-                --archive kernels.a ${schedule_arg}
+                --archive kernels.a ${schedule_arg} ${grad_opt}
         WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}
         DEPENDS ${NG_NORMGEN} ${mlir_depends} ${norm}
-        COMMENT "normgen compile ${rel} --backend ${backend} (${NG_TARGET})"
+        COMMENT "normgen compile ${rel} --backend ${backend} ${grad_opt} (${NG_TARGET})"
         VERBATIM)
       list(APPEND all_outputs ${outputs})
       list(APPEND all_libs ${dir}/kernels.a)
@@ -145,6 +157,7 @@ function(normgen_add_kernels)
       if(NOT runtime_object)
         set(runtime_object ${dir}/halide_runtime.o)  # every compile writes one; the first serves all
       endif()
+    endforeach()
     endforeach()
   endforeach()
 

@@ -13,17 +13,8 @@
 namespace normgen {
 namespace {
 
-AxisSet set_union(const AxisSet &a, const AxisSet &b) {
-    AxisSet r;
-    std::set_union(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(r));
-    return r;
-}
-
-AxisSet set_minus(const AxisSet &a, const AxisSet &b) {
-    AxisSet r;
-    std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(r));
-    return r;
-}
+AxisSet set_union(const AxisSet &a, const AxisSet &b) { return axis_union(a, b); }
+AxisSet set_minus(const AxisSet &a, const AxisSet &b) { return axis_difference(a, b); }
 
 std::string loc_text(SourceLoc l) { return std::to_string(l.line) + ":" + std::to_string(l.col); }
 
@@ -49,6 +40,7 @@ const std::map<std::string, FunctionInfo> &functions() {
         {"log", {FunctionInfo::Unary, ReduceOp::Sum, UnaryOp::Log}},
         {"abs", {FunctionInfo::Unary, ReduceOp::Sum, UnaryOp::Abs}},
         {"sigmoid", {FunctionInfo::Unary, ReduceOp::Sum, UnaryOp::Sigmoid}},
+        {"step", {FunctionInfo::Unary, ReduceOp::Sum, UnaryOp::Step}},
         {"pow", {FunctionInfo::Binary, ReduceOp::Sum, UnaryOp::Sqrt, BinaryOp::Pow}},
         {"round", {FunctionInfo::Round}},
     };

@@ -5,8 +5,25 @@
 #include <algorithm>
 #include <set>
 #include <functional>
+#include <iterator>
 
 namespace normgen {
+
+AxisSet axis_union(const AxisSet &a, const AxisSet &b) {
+    AxisSet r;
+    std::set_union(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(r));
+    return r;
+}
+AxisSet axis_difference(const AxisSet &a, const AxisSet &b) {
+    AxisSet r;
+    std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(r));
+    return r;
+}
+AxisSet axis_intersection(const AxisSet &a, const AxisSet &b) {
+    AxisSet r;
+    std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(r));
+    return r;
+}
 
 const char *dtype_name(DType t) {
     switch (t) {
@@ -64,6 +81,7 @@ const char *unary_name(UnaryOp op) {
     case UnaryOp::Abs: return "abs";
     case UnaryOp::Sigmoid: return "sigmoid";
     case UnaryOp::Round: return "round";
+    case UnaryOp::Step: return "step";
     }
     return "?";
 }

@@ -25,7 +25,8 @@ namespace normgen {
 enum class DType { F32, F16, BF16, F64 };
 enum class VarianceAlgorithm { TwoPass, Welford, OnePass };
 enum class ReduceOp { Sum, Mean, Max, Min, Var };
-enum class UnaryOp { Neg, Sqrt, Rsqrt, Tanh, Exp, Log, Abs, Sigmoid, Round };
+// Step: 1 where the argument is > 0, else 0 (NaN gives 0); the subgradients of max/min/abs use it.
+enum class UnaryOp { Neg, Sqrt, Rsqrt, Tanh, Exp, Log, Abs, Sigmoid, Round, Step };
 enum class BinaryOp { Add, Sub, Mul, Div, Max, Min, Pow };
 
 const char *dtype_name(DType t);
@@ -38,6 +39,9 @@ const char *binary_name(BinaryOp op);  // "+", "-", "*", "/", "max", "min", "pow
 
 using AxisId = int;
 using AxisSet = std::vector<AxisId>;  // atomic axis ids, sorted ascending (= declaration order)
+AxisSet axis_union(const AxisSet &a, const AxisSet &b);
+AxisSet axis_difference(const AxisSet &a, const AxisSet &b);
+AxisSet axis_intersection(const AxisSet &a, const AxisSet &b);
 
 struct Axis {
     std::string name;

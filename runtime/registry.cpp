@@ -273,6 +273,7 @@ Registry Registry::load(const std::string &path, const KernelEntry *table, size_
         k->schedule = e.contains("schedule_text") ? r.str(e, "schedule_text") : "";
         k->library = e.contains("library") ? r.str(e, "library") : "";
         k->header = e.contains("header") ? r.str(e, "header") : "";
+        k->grad_of = e.contains("grad_of") ? r.str(e, "grad_of") : "";
         const json &args = r.field(e, "args");
         if (!args.is_array()) r.fail("field 'args' is not an array");
         for (size_t j = 0; j < args.size(); ++j) {
@@ -374,6 +375,11 @@ const Registry::Kernel *Registry::select(const std::string &layer, DType dtype, 
         if (!best || rank(k->isa) > rank(best->isa)) best = k.get();
     }
     return best;
+}
+
+const Registry::Kernel *Registry::select_grad(const std::string &layer, DType dtype, std::optional<Isa> isa, Backend backend) const {
+    const Kernel *k = select(layer + "_grad", dtype, false, isa, backend);
+    return k && k->grad_of == layer ? k : nullptr;
 }
 
 }  // namespace normgen

@@ -19,6 +19,7 @@
 //         "schedule": {"kind": "halide-cpu", "knobs": {...}},  // the schedule record
 //         "schedule_text": "row schedule: ...",              // what it did, in words
 //         "library": "kernels/layer_norm.halide.a",   // the archive holding it (one per .norm file and backend)
+//         "grad_of": "layer_norm",       // a backward kernel (layer layer_norm_grad); absent: a forward one
 //         "header": "kernels/<function>.h",            // file paths are relative to the manifest's folder
 //         "args": [ { "name": "x", "role": "input" | "param" | "output", "dtype": "f32",
 //                     "dims": ["rows", "d"],         // declared axes, memory order, outermost first
@@ -82,6 +83,7 @@ public:
         std::string schedule;         // what the schedule did, in words (the manifest's "schedule_text")
         std::string schedule_record;  // the schedule record, JSON (the manifest's "schedule")
         std::string library, header;
+        std::string grad_of;          // a backward kernel (`normgen grad`): the forward layer; "" otherwise
         std::vector<KernelArg> args;  // in argument order
         int (*argv)(void **) = nullptr;
         std::shared_ptr<const NormSpec> spec;  // parsed from `norm`, shared by the layer's kernels
@@ -112,6 +114,10 @@ public:
     // outputs has only core, which then writes everything), of `backend`. nullptr when none fits.
     const Kernel *select(const std::string &layer, DType dtype, bool need_optional_outputs,
                          std::optional<Isa> isa = std::nullopt, Backend backend = Backend::Halide) const;
+    // The backward kernel of forward layer `layer` (its `normgen grad` declaration, layer
+    // <layer>_grad, built with GRAD ON / the catalog's grad kernels), chosen as select() chooses.
+    const Kernel *select_grad(const std::string &layer, DType dtype, std::optional<Isa> isa = std::nullopt,
+                              Backend backend = Backend::Halide) const;
 
 private:
     std::string path_;

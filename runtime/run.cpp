@@ -10,7 +10,9 @@
 
 #include <climits>
 #include <cstdint>
+#include <algorithm>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <vector>
 
@@ -57,11 +59,89 @@ struct Slot {
     void *data = nullptr;
 };
 
+// How a call is cut along one axis so that every kernel call addresses fewer than 2^31 elements
+// per tensor (halide_buffer_t extents and strides are 32-bit). No axis: one call.
+struct Chunks {
+    AxisId axis = -1;
+    int64_t extent = 1;  // the axis' extent in the call
+    int64_t step = 1;    // units of the axis per chunk (the last may be shorter)
+};
+
 struct Prepared {
     AxisExtents ext;
     std::vector<Slot> slots;  // one per kernel argument, in order
     std::vector<std::unique_ptr<uint8_t[]>> scratch;
+    Chunks chunks;
 };
+
+constexpr int64_t kMaxKernelElements = INT32_MAX;
+
+// Every atomic axis some reduction reduces or some count() counts.
+std::set<AxisId> reduced_axes(const NormSpec &spec) {
+    std::set<AxisId> out;
+    std::vector<const Node *> todo;
+    for (const ValueDef &v : spec.values) todo.push_back(v.expr.get());
+    std::set<const Node *> seen;
+    while (!todo.empty()) {
+        const Node *n = todo.back();
+        todo.pop_back();
+        if (!n || !seen.insert(n).second) continue;
+        if (n->kind == Node::Reduce || n->kind == Node::Count) out.insert(n->over.begin(), n->over.end());
+        for (const NodePtr &a : n->args) todo.push_back(a.get());
+    }
+    return out;
+}
+
+// Elements of argument `a` in the call, and per unit of `axis` (its whole size when it lacks it).
+int64_t arg_elements(const KernelArg &a, const AxisExtents &ext, AxisId skip = -1) {
+    int64_t n = 1;
+    for (AxisId ax : a.buffer_axes)
+        if (ax != skip) n *= ext.extent[ax];
+    return n;
+}
+
+// The chunks of a call whose largest tensor exceeds 2^31-1 elements: along the outermost axis of
+// that tensor, when no reduction reduces it, every output has it and every tensor that has it has
+// it outermost (so a chunk is a contiguous slice of each); else a UserError naming the axis.
+Chunks plan_chunks(const Registry::Kernel &k, const AxisExtents &ext) {
+    const NormSpec &spec = *k.spec;
+    const KernelArg *big = nullptr;
+    int64_t big_n = 0;
+    for (const KernelArg &a : k.args)
+        if (int64_t n = arg_elements(a, ext); n > big_n) big = &a, big_n = n;
+    Chunks c;
+    if (big_n <= kMaxKernelElements) return c;
+
+    const std::string head = "tensor '" + big->name + "' has " + std::to_string(big_n) +
+                             " elements, more than a kernel addresses in one call (2^31-1), and the call cannot be split";
+    const AxisId axis = big->buffer_axes.back();  // outermost in memory
+    const std::string an = "'" + spec.axes[axis].name + "'";
+    if (reduced_axes(spec).count(axis))
+        throw UserError(head + ": its outermost axis " + an + " is reduced by layer '" + spec.name +
+                        "' (a chunk along it would change the statistics)");
+    int64_t unit = 0;
+    const KernelArg *unit_arg = nullptr;
+    for (const KernelArg &a : k.args)
+        if (int64_t n = arg_elements(a, ext, axis); a.buffer_axes.back() == axis && n > unit) unit = n, unit_arg = &a;
+    if (unit > kMaxKernelElements)
+        throw UserError(head + ": one unit of its outermost axis " + an + " holds " + std::to_string(unit) + " elements of '" +
+                        unit_arg->name + "' (one row of more than 2^31-1 elements)");
+    for (const KernelArg &a : k.args) {
+        bool has = false;
+        for (AxisId ax : a.buffer_axes) has |= ax == axis;
+        if (!has && a.role == KernelArg::Output)
+            throw UserError(head + ": output '" + a.name + "' does not have its outermost axis " + an);
+        if (has && a.buffer_axes.back() != axis)
+            throw UserError(head + ": axis " + an + " is not the outermost axis of '" + a.name + "'");
+        if (!has && arg_elements(a, ext) > kMaxKernelElements)
+            throw UserError(head + " along axis " + an + ": '" + a.name + "' does not have it and has " +
+                            std::to_string(arg_elements(a, ext)) + " elements");
+    }
+    c.axis = axis;
+    c.extent = ext.extent[axis];
+    c.step = kMaxKernelElements / unit;
+    return c;
+}
 
 struct Range {
     const std::string *name;
@@ -115,9 +195,6 @@ Prepared prepare(const Registry::Kernel &k, const std::map<std::string, TensorVi
                                 " are not contiguous row-major (expected " + shape_text(dense) +
                                 "); the kernels require contiguous row-major tensors");
         }
-        if (v.numel() > INT32_MAX)
-            throw UserError("tensor '" + a.name + "' has " + std::to_string(v.numel()) +
-                            " elements; a kernel addresses at most 2^31-1 elements per tensor");
         s.view = &v;
         s.data = v.data;
         p.slots.push_back(s);
@@ -173,6 +250,8 @@ Prepared prepare(const Registry::Kernel &k, const std::map<std::string, TensorVi
                 throw UserError("output '" + *o.name + "' overlaps output '" + *outs[j].name + "' in memory");
     }
 
+    p.chunks = plan_chunks(k, p.ext);
+
     if (allocate_scratch) {
         for (Slot &s : p.slots) {
             if (s.view) continue;
@@ -206,39 +285,52 @@ void run_kernel(const Registry::Kernel &k, const std::map<std::string, TensorVie
     if (!k.spec || !k.argv) throw std::logic_error("run_kernel: kernel '" + k.function + "' is not bound (load it with Registry::load)");
     Prepared p = prepare(k, tensors, true);
 
-    // One halide_buffer_t per argument: dims innermost first over the atomic axes, dense strides.
+    install_halide_error_handler();
+    take_halide_error();  // drop anything left from an earlier call
+
+    // One halide_buffer_t per argument: dims innermost first over the atomic axes, dense strides;
+    // per chunk, the chunk axis (outermost where present) is cut to [begin, begin + len).
     const size_t n = p.slots.size();
     std::vector<std::vector<halide_dimension_t>> dims(n);
     std::vector<halide_buffer_t> bufs(n);
     std::vector<void *> args(n);
-    for (size_t i = 0; i < n; ++i) {
-        const Slot &s = p.slots[i];
-        int32_t stride = 1;
-        for (AxisId ax : s.arg->buffer_axes) {
-            int32_t extent = (int32_t)p.ext.extent[ax];
-            dims[i].push_back(halide_dimension_t(0, extent, stride));
-            stride *= extent;
+    const Chunks &c = p.chunks;
+    for (int64_t begin = 0; begin < c.extent; begin += c.step) {
+        const int64_t len = std::min(c.step, c.extent - begin);
+        for (size_t i = 0; i < n; ++i) {
+            const Slot &s = p.slots[i];
+            dims[i].clear();
+            int64_t stride = 1, offset = 0;
+            for (AxisId ax : s.arg->buffer_axes) {
+                int64_t extent = p.ext.extent[ax];
+                if (ax == c.axis) {
+                    offset = begin * stride;
+                    extent = len;
+                }
+                dims[i].push_back(halide_dimension_t(0, (int32_t)extent, (int32_t)stride));
+                stride *= extent;
+            }
+            halide_buffer_t &b = bufs[i];
+            b = halide_buffer_t();
+            b.device = 0;
+            b.device_interface = nullptr;
+            b.host = static_cast<uint8_t *>(s.data) + offset * (int64_t)dtype_size(s.arg->dtype);
+            b.flags = 0;
+            b.type = halide_type_of(s.arg->dtype);
+            b.dimensions = (int32_t)dims[i].size();
+            b.dim = dims[i].empty() ? nullptr : dims[i].data();
+            b.padding = nullptr;
+            args[i] = &b;
         }
-        halide_buffer_t &b = bufs[i];
-        b = halide_buffer_t();
-        b.device = 0;
-        b.device_interface = nullptr;
-        b.host = static_cast<uint8_t *>(s.data);
-        b.flags = 0;
-        b.type = halide_type_of(s.arg->dtype);
-        b.dimensions = (int32_t)dims[i].size();
-        b.dim = dims[i].empty() ? nullptr : dims[i].data();
-        b.padding = nullptr;
-        args[i] = &b;
-    }
-
-    install_halide_error_handler();
-    take_halide_error();  // drop anything left from an earlier call
-    int rc = k.argv(args.data());
-    if (rc != 0) {
-        std::string msg = take_halide_error();
-        throw std::runtime_error("kernel '" + k.function + "' failed (Halide error " + std::to_string(rc) + ")" +
-                                 (msg.empty() ? std::string() : ": " + msg));
+        int rc = k.argv(args.data());
+        if (rc != 0) {
+            std::string msg = take_halide_error();
+            throw std::runtime_error("kernel '" + k.function + "' failed (Halide error " + std::to_string(rc) + ")" +
+                                     (c.axis >= 0 ? " on rows [" + std::to_string(begin) + ", " + std::to_string(begin + len) +
+                                                        ") of axis '" + k.spec->axes[c.axis].name + "'"
+                                                  : std::string()) +
+                                     (msg.empty() ? std::string() : ": " + msg));
+        }
     }
 }
 

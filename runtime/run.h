@@ -19,11 +19,19 @@ namespace normgen {
 // required tensor is missing; a name is unknown; an optional output is given to a "core" kernel
 // (select a full kernel); a data pointer is null; a storage type differs from the kernel's; a rank
 // or shape does not match the declaration (axes bound as in the reference, split axes divisible by
-// their fixed part); strides are not contiguous row-major; a tensor exceeds 2^31-1 elements; or an
-// output overlaps an input or another output in memory, except that an output declared
-// `updates X` may be exactly input X's buffer (same pointer, same shape).
+// their fixed part); strides are not contiguous row-major; an output overlaps an input or another
+// output in memory, except that an output declared `updates X` may be exactly input X's buffer
+// (same pointer, same shape); or a tensor exceeds 2^31-1 elements and the call cannot be split
+// (below; the message names the axis and why).
 //
 // Then it calls the kernel; a Halide runtime error becomes a std::runtime_error with Halide's message.
+// Past 2^31 elements: the kernels address at most 2^31-1 elements per tensor (32-bit extents and
+// strides), so a call whose largest tensor has more is cut along that tensor's outermost axis into
+// chunks of at most 2^31-1 elements per tensor, one kernel call each, in order. That axis must be
+// one no reduction reduces (nor count() counts), every output must have it, and every tensor that
+// has it must have it outermost (a chunk is then a contiguous slice); tensors without it are passed
+// whole. A LayerNorm of 2^32 rows is four calls; one row of 2^31 elements, or a BatchNorm whose
+// outermost axis n is reduced, is refused.
 void run_kernel(const Registry::Kernel &k, const std::map<std::string, TensorView> &tensors);
 
 // The halide_type_t of a storage type (f32, f16, bf16, f64).

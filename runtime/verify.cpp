@@ -164,6 +164,16 @@ OutputCheck compare_output(const std::string &name, const HostTensor &got, const
 
 OutputBound spot_check_bound(const NormSpec &spec) { return OutputBound{1e-5, 1e-5, 2 * ulp_allowance(spec)}; }
 
+OutputBound spot_check_bound(const NormSpec &spec, const HostTensor &magnitude) {
+    OutputBound b = spot_check_bound(spec);
+    double m = 0;
+    for (double v : magnitude.data)
+        if (std::isfinite(v)) m = std::max(m, v);
+    const double eps_acc = spec.accumulate == DType::F64 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
+    b.abs += kK * eps_acc * m;
+    return b;
+}
+
 std::string mismatch_text(const OutputCheck &c) {
     if (c.pass) return "";
     std::ostringstream os;
@@ -197,8 +207,45 @@ bool overflows(const NormSpec &spec, const TensorMap &ref, const StorageMap &sto
 
 }  // namespace
 
+InputMaker backward_input_maker(const NormSpec &forward, const NormSpec &backward, const StorageMap &storage) {
+    return [&forward, &backward, storage](const AxisExtents &ext, double offset, uint64_t seed) {
+        // The forward's extents, by axis name.
+        std::map<std::string, int64_t> sizes;
+        for (size_t a = 0; a < backward.axes.size(); ++a)
+            if (!backward.axes[a].is_split() && ext.extent[a] > 0) sizes[backward.axes[a].name] = ext.extent[a];
+        AxisExtents fext = choose_extents(forward, sizes, 1);
+        TensorMap fin = random_inputs(forward, fext, {offset, seed});
+        StorageMap fstorage;
+        for (auto &[name, t] : fin) {
+            auto st = storage.find(name);
+            const DType d = st != storage.end() ? st->second : DType::F32;
+            fstorage[name] = d;
+            for (double &v : t.data) v = round_to(v, d);
+        }
+        TensorMap fout = evaluate_reference(forward, fin, {}, {fstorage, Rounding::AsDeclared});
+        std::mt19937_64 rng(seed ^ 0x5851f42d4c957f2dull);
+        std::normal_distribution<double> normal(0, 1);
+        TensorMap in;
+        for (const TensorInfo &t : backward.tensors) {
+            if (fin.count(t.name)) {
+                in[t.name] = fin.at(t.name);
+            } else if (t.name.rfind("d_", 0) == 0 && forward.find_output(t.name.substr(2))) {
+                HostTensor u = fout.at(t.name.substr(2));
+                for (double &v : u.data) v = normal(rng);
+                in[t.name] = u;
+            } else if (fout.count(t.name)) {
+                in[t.name] = fout.at(t.name);
+            } else {
+                throw std::logic_error("backward_input_maker: '" + t.name + "' is neither a forward tensor, an output nor an upstream gradient");
+            }
+        }
+        return in;
+    };
+}
+
 std::vector<CaseResult> verify_case(const NormSpec &spec, const StorageMap &storage, const std::vector<KernelFn> &kernels,
-                                    const VerifyShape &requested, uint64_t seed) {
+                                    const VerifyShape &requested, uint64_t seed, const InputMaker &make_inputs,
+                                    bool running_error) {
     AxisExtents ext = choose_extents(spec, requested.sizes, 1);
     VerifyShape shape = requested;
     TensorMap in, ref;
@@ -206,7 +253,7 @@ std::vector<CaseResult> verify_case(const NormSpec &spec, const StorageMap &stor
     // The large mean stresses cancellation; where it would push a declared output past its storage
     // type's range (y = x * x in f16), it is cut by tens until the outputs fit, and the row says so.
     for (;;) {
-        in = random_inputs(spec, ext, {shape.offset, seed});
+        in = make_inputs ? make_inputs(ext, shape.offset, seed) : random_inputs(spec, ext, {shape.offset, seed});
         for (auto &[name, t] : in) {
             DType d = storage.at(name);
             for (double &v : t.data) v = round_to(v, d);
@@ -252,6 +299,16 @@ std::vector<CaseResult> verify_case(const NormSpec &spec, const StorageMap &stor
                 if (std::isfinite(d)) m = std::max(m, d);
             }
             sens[name] = std::max(sens[name], m / kPerturb);
+        }
+    }
+
+    if (running_error) {
+        TensorMap mags = evaluate_magnitudes(spec, in, {}, {storage, rounds ? Rounding::Ignored : Rounding::AsDeclared});
+        for (const auto &[name, t] : mags) {
+            double m = 0;
+            for (double v : t.data)
+                if (std::isfinite(v)) m = std::max(m, v);
+            sens[name] = std::max(sens[name], m);
         }
     }
 

@@ -76,8 +76,21 @@ struct VerifyOptions {
 
 // Checks every kernel in `kernels` (same storage types, e.g. one per target) on one shape: the
 // inputs, the reference and its sensitivity are computed once and shared. One result per kernel.
+// The inputs of one case (float64, before rounding to the storage types): by default
+// random_inputs(spec, ext, {offset, seed}).
+using InputMaker = std::function<TensorMap(const AxisExtents &ext, double offset, uint64_t seed)>;
+// `running_error`: S also covers the running error bound's scale M of each output (the worst over
+// the tensor, evaluate_magnitudes), for declarations whose formulas cancel inside: a backward's
+// terms subtract to exactly 0 where its inputs say nothing (d_v of WeightNorm with one column).
 std::vector<CaseResult> verify_case(const NormSpec &spec, const StorageMap &storage, const std::vector<KernelFn> &kernels,
-                                    const VerifyShape &shape, uint64_t seed);
+                                    const VerifyShape &shape, uint64_t seed, const InputMaker &make_inputs = {},
+                                    bool running_error = false);
+
+// The inputs of `backward`, the backward declaration of `forward` (dsl/grad.h), drawn consistently:
+// the forward's inputs and parameters as the forward's own verifier draws them (the large mean
+// included), the saved statistics (mu, rstd) the float64 forward computes from those inputs rounded
+// to `storage`, and every upstream gradient d_<out> N(0, 1).
+InputMaker backward_input_maker(const NormSpec &forward, const NormSpec &backward, const StorageMap &storage);
 
 // The bound of one output: f32 outputs within rel * |ref| + abs, bf16/f16 outputs within
 // ulps * ulp(round(ref)) + abs of the correctly rounded reference.
@@ -99,6 +112,10 @@ OutputCheck compare_output(const std::string &name, const HostTensor &got, const
 // The bound of a spot check that has no sensitivity at hand (a few shapes, inputs without a large
 // offset): f32 1e-5 relative with a 1e-5 floor, bf16/f16 2 * ulp_allowance ulps + 1e-5.
 OutputBound spot_check_bound(const NormSpec &spec);
+// The same widened by the running error bound of these inputs: K * eps_acc * the worst M of the
+// output (evaluate_magnitudes(spec, inputs)). For declarations whose terms cancel inside (the
+// backward kernels: d_x of a one-element LayerNorm row is exactly 0, a kernel's terms leave 3e-5).
+OutputBound spot_check_bound(const NormSpec &spec, const HostTensor &magnitude);
 
 // 2 when the declaration uses a transcendental function (tanh, exp, log, sigmoid, pow), else 1.
 int ulp_allowance(const NormSpec &spec);

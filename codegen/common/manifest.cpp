@@ -51,6 +51,7 @@ json manifest_entry(const NormSpec &spec, const KernelPlan &plan, const KernelEn
     e["device"] = device_name(device_of(info.isa));
     if (info.schedule) e["schedule"] = info.schedule->to_json();
     e["schedule_text"] = info.schedule_text;
+    if (!info.grad_of.empty()) e["grad_of"] = info.grad_of;
     e["library"] = info.library;
     e["header"] = info.header;
     e["args"] = manifest_args(spec, plan);
@@ -58,13 +59,19 @@ json manifest_entry(const NormSpec &spec, const KernelPlan &plan, const KernelEn
 }
 
 void write_file_atomically(const std::string &path, const std::string &text) {
-    std::string tmp = path + ".tmp";
+    const std::string tmp = path + ".tmp";
     {
         std::ofstream out(tmp, std::ios::binary);
         out << text;
-        if (!out) throw std::runtime_error("cannot write " + tmp);
+        if (!out) {
+            std::remove(tmp.c_str());
+            throw UserError(path + ": cannot write file");
+        }
     }
-    std::filesystem::rename(tmp, path);
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        std::remove(tmp.c_str());
+        throw UserError(path + ": cannot write file");
+    }
 }
 
 void write_manifest(const json &entries, const std::string &path) {

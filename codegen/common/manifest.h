@@ -26,6 +26,7 @@ struct KernelEntryInfo {
     const ScheduleRecord *schedule = nullptr;
     std::string schedule_text;              // what the schedule did, in words
     std::string library, header;            // file names in the kernel's folder ("" when none)
+    std::string grad_of;                    // a backward kernel (`--grad`): the forward layer's name
 };
 
 // The manifest entry of one kernel: function name, layer, canonical declaration, dtype, variant,

@@ -15,6 +15,7 @@
 #include "codegen/tool/tool_main.h"
 #include "codegen/tool/verify_cmd.h"
 #include "dsl/checker.h"
+#include "dsl/grad.h"
 #include "dsl/printer.h"
 #include "runtime/errors.h"
 #include "runtime/npy.h"
@@ -25,6 +26,7 @@
 #include <unistd.h>
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -42,6 +44,15 @@ commands:
   check FILE...         Check .norm declarations; print located diagnostics.
                         Exit 0 when every file is valid, 1 otherwise.
   print FILE            Print the declaration in canonical form.
+  grad FILE [-o OUT.norm] [--recompute]
+                        The backward layer, as a declaration: reverse-mode differentiation
+                        of FILE. Inputs: the forward's inputs and parameters the gradients
+                        read, its optional outputs (saved statistics such as mu, rstd) and
+                        d_<out> for every output that is neither optional nor `updates`;
+                        outputs: d_<name> for every input and parameter those depend on.
+                        --recompute: recompute the statistics instead of reading saved ones.
+                        Prints it (or writes OUT.norm); exit 1 if FILE cannot be
+                        differentiated (located diagnostic).
   describe FILE [--plan [--json] [--dtype T]]
                         Print the recorded facts: inputs, outputs, reduction stages and
                         their axes, eps placement, affine terms, precisions, rounding
@@ -65,9 +76,12 @@ commands:
                         placement, affine terms, outputs, and a float64 reference
                         evaluation on fresh random inputs (exit 1 if any row fails).
   verify FILE... [--backend halide|mlir] [--dtype f32,bf16,f16|all] [--target host,x86-64-avx2]
-                 [--schedule KNOBS|FILE.json] [--json] [--seed N] [--quick] [--failures]
+                 [--schedule KNOBS|FILE.json] [--json] [--seed N] [--quick] [--failures] [--grad]
                         (--quick: every fourth shape of the sweep; --failures: print
-                        only the failing rows)
+                        only the failing rows; --grad: the backward layer `normgen grad`
+                        derives, on the forward's shape sweep, its inputs drawn as the
+                        forward's with the saved statistics the float64 forward computes
+                        from them and upstream gradients N(0, 1))
                         Compile the declaration (any .norm file) and check its kernels
                         against the float64 reference on a sweep of >= 20 shapes with
                         fresh random inputs (printed seed replays a run). Prints a table;
@@ -84,7 +98,7 @@ commands:
                         (sm_90 PTX). --locations: beside each op, the file:line:col of the
                         declaration's node it came from.
   compile FILE -o DIR [--backend halide|mlir] [--target host,x86-64-avx2] [--dtype f32,bf16,f16]
-                 [--schedule KNOBS|FILE.json] [--archive NAME.a]
+                 [--schedule KNOBS|FILE.json] [--archive NAME.a] [--grad]
                         Generate the declaration's kernels ahead of time: for each type,
                         target and variant an object and header (C ABI, one
                         halide_buffer_t per tensor), all in one static library (NAME.a,
@@ -92,6 +106,8 @@ commands:
                         runtime (halide_runtime.o), a manifest.json (with each kernel's
                         schedule record) and kernel_table.cpp for runtime/registry.h.
                         --backend mlir: the MLIR CPU kernels for this host.
+                        --grad: the kernels of the backward (`normgen grad FILE`), layer
+                        <name>_grad, marked "grad_of" in the manifest (Registry::select_grad).
   merge --manifest M.json --table T.cpp MANIFEST.json...
                         Merge the manifests of several compiles into one manifest and one
                         kernel table (file paths made relative to M.json's folder; a
@@ -223,7 +239,7 @@ int cmd_compile(const std::vector<std::string> &args) {
     std::string file, out_dir, backend = "halide", schedule, archive;
     std::vector<DType> dtypes{DType::F32};
     std::vector<std::string> targets{"host"};
-    bool targets_given = false;
+    bool targets_given = false, grad = false;
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string &a = args[i];
         auto value = [&](const char *flag) -> std::string {
@@ -231,6 +247,7 @@ int cmd_compile(const std::vector<std::string> &args) {
             return args[++i];
         };
         if (a == "--out" || a == "-o") out_dir = value("-o");
+        else if (a == "--grad") grad = true;
         else if (a == "--backend") backend = value("--backend");
         else if (a == "--target") {
             targets = split_list(value("--target"));
@@ -248,6 +265,11 @@ int cmd_compile(const std::vector<std::string> &args) {
     if (targets.empty()) throw Usage("--target: give at least one target");
     if (archive.find('/') != std::string::npos) throw Usage("--archive: a file name inside -o DIR, not a path");
     NormSpec spec = load_norm_file(file);  // a bad declaration is refused before anything is written
+    std::string grad_of;
+    if (grad) {
+        grad_of = spec.name;
+        spec = differentiate(spec).spec;  // so is one that cannot be differentiated
+    }
     check_schedule_overrides(backend == "mlir" ? ScheduleKind::MlirCpu : ScheduleKind::HalideCpu, schedule);
     if (backend == "mlir") {
         if (targets_given && (targets.size() != 1 || targets[0] != "host"))
@@ -263,10 +285,11 @@ int cmd_compile(const std::vector<std::string> &args) {
                                       "--table", (fs::path(out_dir) / "kernel_table.cpp").string()};
         if (!archive.empty()) rest.insert(rest.end(), {"--archive", archive});
         if (!schedule.empty()) rest.insert(rest.end(), {"--schedule", schedule});
+        if (grad) rest.push_back("--grad");
         exec_mlir("compile", rest);
     }
     for (const std::string &t : targets) hl::parse_target(t);  // refuse a bad target before writing
-    hl::AotRequest req{file, dtypes, targets, out_dir, archive, schedule};
+    hl::AotRequest req{file, dtypes, targets, out_dir, archive, schedule, grad_of};
     nlohmann::json entries = hl::compile_halide_kernels(spec, req);
     hl::compile_halide_runtime((fs::path(out_dir) / "halide_runtime.o").string());
     write_manifest(entries, (fs::path(out_dir) / "manifest.json").string());
@@ -327,6 +350,34 @@ int cmd_invariants(const std::vector<std::string> &files, const InvarianceOption
 }
 
 // normgen describe FILE [--plan [--json] [--dtype T]] | FILE... --invariants [...]
+int cmd_grad(const std::vector<std::string> &args) {
+    std::string file, out;
+    GradOptions opts;
+    for (size_t i = 0; i < args.size(); ++i) {
+        if (args[i] == "-o") {
+            if (i + 1 >= args.size()) throw Usage("grad: -o needs a file name");
+            out = args[++i];
+        } else if (args[i] == "--recompute") {
+            opts.recompute = true;
+        } else if (!args[i].empty() && args[i][0] == '-') {
+            throw Usage("grad: unknown option '" + args[i] + "'");
+        } else if (file.empty()) {
+            file = args[i];
+        } else {
+            throw Usage("grad: give exactly one .norm file");
+        }
+    }
+    if (file.empty()) throw Usage("grad: give a .norm file");
+    GradResult g = differentiate(load_norm_file(file), opts);
+    if (out.empty()) {
+        std::cout << g.text;
+        return 0;
+    }
+    write_file_atomically(out, g.text);
+    std::cerr << "grad: wrote " << out << " (" << g.spec.name << ": " << g.gradients.size() << " gradients)\n";
+    return 0;
+}
+
 int cmd_describe(const std::vector<std::string> &args) {
     std::vector<std::string> files;
     bool plan = false, json = false, invariants = false;
@@ -416,6 +467,7 @@ int dispatch(const std::vector<std::string> &args) {
         std::cout << print_norm(load_norm_file(rest[0]));
         return 0;
     }
+    if (cmd == "grad") return cmd_grad(rest);
     if (cmd == "describe") return cmd_describe(rest);
     if (cmd == "merge") return cmd_merge(rest);
     if (cmd == "run") return cmd_run_any(rest);

@@ -62,6 +62,7 @@ json compile_halide_kernels(const NormSpec &spec, const AotRequest &req) {
                 info.cpu_features = cpu_features(t);
                 info.schedule = &record;
                 info.schedule_text = text;
+                info.grad_of = req.grad_of;
                 info.library = archive;
                 info.header = fn + ".h";
                 entries.push_back(manifest_entry(spec, plan, info));
@@ -72,9 +73,9 @@ json compile_halide_kernels(const NormSpec &spec, const AotRequest &req) {
     return entries;
 }
 
-void compile_halide_runtime(const std::string &object_path) {
+void compile_halide_runtime(const std::string &object_path, const std::string &target) {
     // Generic x86-64: the runtime's code (thread pool, allocation, errors) needs no ISA extension.
-    compile_standalone_runtime(object_path, Target("x86-64-linux"));
+    compile_standalone_runtime(object_path, target.empty() ? Target("x86-64-linux") : parse_target(target));
 }
 
 }  // namespace normgen::hl

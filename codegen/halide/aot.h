@@ -21,6 +21,7 @@ struct AotRequest {
     std::string out_dir;
     std::string archive;                 // the static library's file name in out_dir ("" = <layer>.a)
     std::string schedule_overrides;      // applied to every kernel's default record ("" = defaults)
+    std::string grad_of;                 // the kernels are the backward of this layer (manifest "grad_of")
 };
 
 // Compiles every kernel of `spec` into out_dir and the archive, and returns the manifest entries
@@ -30,7 +31,8 @@ struct AotRequest {
 nlohmann::json compile_halide_kernels(const NormSpec &spec, const AotRequest &req);
 
 // The Halide runtime shared by all kernels (they are compiled with no_runtime), as an object file.
-void compile_halide_runtime(const std::string &object_path);
+// `target`: a Halide target string, default x86-64-linux (x86-64-linux-tsan for a ThreadSanitizer build).
+void compile_halide_runtime(const std::string &object_path, const std::string &target = "");
 
 // The CPU features a machine needs to run code for a target, in __builtin_cpu_supports spelling.
 std::vector<std::string> cpu_features(const Halide::Target &t);

@@ -3,7 +3,7 @@
 // per-file manifest fragments into the manifest and the kernel table.
 //
 //   normgen-gen compile FILE --dtype f32,bf16,f16 --target host,x86-64-avx2 --out DIR --fragment F.json
-//                           [--archive NAME.a] [--source NAME] [--schedule KNOBS|FILE.json]
+//                           [--archive NAME.a] [--source NAME] [--schedule KNOBS|FILE.json] [--grad]
 //   normgen-gen runtime --out FILE.o
 //   normgen-gen merge --manifest manifest.json --table kernel_table.cpp FRAGMENT.json...
 #include "codegen/tool/options.h"
@@ -11,6 +11,7 @@
 #include "codegen/halide/aot.h"
 #include "codegen/halide/jit.h"
 #include "dsl/checker.h"
+#include "dsl/grad.h"
 
 #include <fstream>
 #include <iostream>
@@ -27,9 +28,14 @@ int run(const std::vector<std::string> &args) {
     if (cmd == "compile") {
         if (g.files.size() != 1 || g.out.empty() || g.fragment.empty()) throw Usage("compile FILE --out DIR --fragment F.json");
         NormSpec spec = load_norm_file(g.files[0]);
+        std::string grad_of;
+        if (g.grad) {
+            grad_of = spec.name;
+            spec = differentiate(spec).spec;
+        }
         for (const std::string &t : g.targets) hl::parse_target(t);  // a bad target is a user error, before any work
         check_schedule_overrides(ScheduleKind::HalideCpu, g.schedule);
-        hl::AotRequest req{g.source.empty() ? g.files[0] : g.source, g.dtypes, g.targets, g.out, g.archive, g.schedule};
+        hl::AotRequest req{g.source.empty() ? g.files[0] : g.source, g.dtypes, g.targets, g.out, g.archive, g.schedule, grad_of};
         json entries = hl::compile_halide_kernels(spec, req);
         write_file_atomically(g.fragment, entries.dump(1) + "\n");
         std::cerr << "normgen-gen: " << spec.name << ": " << entries.size() << " kernels\n";
@@ -37,7 +43,7 @@ int run(const std::vector<std::string> &args) {
     }
     if (cmd == "runtime") {
         if (g.out.empty()) throw Usage("runtime --out FILE.o");
-        hl::compile_halide_runtime(g.out);
+        hl::compile_halide_runtime(g.out, g.targets.empty() ? std::string() : g.targets[0]);
         return 0;
     }
     if (cmd == "merge") {
@@ -57,8 +63,10 @@ usage:
                       [--archive NAME.a] [--source NAME] [--schedule KNOBS|FILE.json]
         Compile every kernel of one declaration (each storage type, target and variant) into DIR,
         one static library per file (--archive), and write its manifest entries to F.json.
-  normgen-gen runtime --out FILE.o
-        Compile the shared Halide runtime the kernels link against.
+        --grad: the kernels of its backward (`normgen grad FILE`) instead, layer <name>_grad.
+  normgen-gen runtime --out FILE.o [--target x86-64-linux[-tsan]]
+        Compile the shared Halide runtime the kernels link against (-tsan: with ThreadSanitizer
+        hooks, for a build with NORMGEN_SANITIZE=thread).
   normgen-gen merge --manifest manifest.json --table kernel_table.cpp FRAGMENT.json...
         Merge manifest fragments into the manifest and the kernel table.
 

@@ -10,6 +10,10 @@ namespace normgen::hl {
 using namespace Halide;
 
 Target parse_target(const std::string &name) {
+    // A trailing -tsan (ThreadSanitizer builds) applies to the aliases too: host-tsan, x86-64-avx2-tsan.
+    const std::string tsan = "-tsan";
+    if (name.size() > tsan.size() && name.compare(name.size() - tsan.size(), tsan.size(), tsan) == 0)
+        return parse_target(name.substr(0, name.size() - tsan.size())).with_feature(Target::TSAN);
     if (name == "host") return get_host_target();
     if (name == "x86-64-avx2") return Target("x86-64-linux-avx-avx2-f16c-fma-sse41");
     if (!Target::validate_target_string(name)) throw UserError("unknown target '" + name + "' (use host, x86-64-avx2 or a Halide target string)");

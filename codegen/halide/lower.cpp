@@ -176,6 +176,7 @@ private:
             case UnaryOp::Log: return log(a);
             case UnaryOp::Abs: return abs(a);
             case UnaryOp::Sigmoid: return cast(p_.acc, 1) / (cast(p_.acc, 1) + (p_.acc == Float(32) ? exp_f32(-a) : exp(-a)));
+            case UnaryOp::Step: return select(a > cast(p_.acc, 0), cast(p_.acc, 1), cast(p_.acc, 0));
             // A rounding point: to nearest even in the storage type, then on in the accumulation type.
             // strict_float keeps the value the point rounds: without it, when the type is the
             // accumulation type (an f32 kernel), w * (x * rstd) was reassociated across the point.

@@ -205,6 +205,7 @@ json compile_kernels(const NormSpec &spec, const AotRequest &req) {
                 info.target = "mlir-cpu host";
                 info.cpu_features = host_cpu_features();
                 info.schedule = &record;
+                info.grad_of = req.grad_of;
                 info.schedule_text = "linalg.generic per reduction and map -> scf loops -> LLVM O3 for the host (loop vectorizer, "
                                      "reassociated sums); chunks along " +
                                      (split.axes.empty() ? std::string("nothing (one call)") : "the first long enough of " + spec.axes_text(split.axes));
@@ -234,6 +235,7 @@ json compile_kernels(const NormSpec &spec, const AotRequest &req) {
                 info.source = req.source;
                 info.target = "cuda sm_90 (PTX ISA 8.0)";
                 info.schedule = &record;
+                info.grad_of = req.grad_of;
                 info.schedule_text = "one block of " + std::to_string(cplan.block_threads) + " threads per " + spec.axes_text(cplan.block_axes) +
                                      "; per-thread partials + gpu.all_reduce";
                 info.library = fn + ".cubin";

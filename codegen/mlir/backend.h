@@ -27,6 +27,7 @@ struct AotRequest {
     std::string cuda_root;    // the CUDA toolkit (libdevice, ptxas)
     std::string schedule_overrides;       // for every mlir-cpu record ("" = defaults)
     std::string cuda_schedule_overrides;  // for every mlir-cuda record
+    std::string grad_of;                  // the kernels are the backward of this layer (manifest "grad_of")
 };
 
 // Writes the kernels into out_dir (the CPU objects also into one archive, which their entries name

@@ -176,6 +176,11 @@ private:
             case UnaryOp::Exp: r = math::ExpOp::create(b, loc, a); break;
             case UnaryOp::Log: r = math::LogOp::create(b, loc, a); break;
             case UnaryOp::Abs: r = math::AbsFOp::create(b, loc, a); break;
+            case UnaryOp::Step: {
+                Value gt = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, a, cst(b, loc, 0.0));
+                r = arith::SelectOp::create(b, loc, gt, cst(b, loc, 1.0), cst(b, loc, 0.0));
+                break;
+            }
             case UnaryOp::Sigmoid: {
                 Value e = math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, a));
                 r = arith::DivFOp::create(b, loc, cst(b, loc, 1.0), arith::AddFOp::create(b, loc, cst(b, loc, 1.0), e));

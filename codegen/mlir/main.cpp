@@ -14,6 +14,7 @@
 #include "codegen/tool/verify_cmd.h"
 #include "codegen/mlir/backend.h"
 #include "dsl/checker.h"
+#include "dsl/grad.h"
 #include "runtime/errors.h"
 
 #include <algorithm>
@@ -30,15 +31,17 @@ namespace {
 const char *kUsage = R"(normgen-mlir - the MLIR backend of normgen (usually run through `normgen`).
 
 usage:
-  normgen-mlir verify FILE... [--dtype f32,bf16,f16|all] [--quick] [--json] [--seed N] [--failures]
+  normgen-mlir verify FILE... [--dtype f32,bf16,f16|all] [--quick] [--json] [--seed N] [--failures] [--grad]
         Lower each declaration through the CPU pipeline (linalg -> loops -> LLVM, this host),
         JIT it and check it against the float64 reference on the verifier's shape sweep.
+        --grad: the backward of each declaration instead (as `normgen verify --grad`).
   normgen-mlir explain FILE [--stage linalg|loops|vector|llvm|gpu|nvvm|ptx] [--dtype f32|bf16|f16] [--locations]
         Print the stages of the pipelines (default: linalg, loops, llvm); --locations: each op's
         location, the file:line:col of the declaration's node it came from.
   normgen-mlir compile FILE --out DIR (--fragment F.json | --manifest M.json --table T.cpp)
                        [--archive NAME.a] [--dtype LIST] [--source NAME] [--schedule S]
-                       [--cuda-schedule S] [--no-cpu] [--cuda]
+                       [--cuda-schedule S] [--no-cpu] [--cuda] [--grad]
+        (--grad: the kernels of the declaration's backward, `normgen grad FILE`.)
         Write the mlir-cpu objects and their static library (NAME.a, default <layer>.mlir.a;
         and with --cuda the sm_90 PTX and ptxas cubins) of every storage type, and their
         manifest entries: as a fragment (F.json) or as a manifest with its kernel table.
@@ -123,9 +126,14 @@ int run(std::vector<std::string> args) {
         if (g.cuda && cuda_root.empty()) throw Usage("compile --cuda: no CUDA toolkit (give --cuda-root DIR)");
         const std::string &file = g.files[0];
         NormSpec spec = load_norm_file(file);
+        std::string grad_of;
+        if (g.grad) {
+            grad_of = spec.name;
+            spec = differentiate(spec).spec;
+        }
         check_schedule_overrides(ScheduleKind::MlirCpu, g.schedule);  // before anything is written
         check_schedule_overrides(ScheduleKind::MlirCuda, g.cuda_schedule);
-        mlirgen::AotRequest req{g.source.empty() ? file : g.source, g.dtypes, g.out, g.archive, g.cpu, g.cuda, cuda_root, g.schedule, g.cuda_schedule};
+        mlirgen::AotRequest req{g.source.empty() ? file : g.source, g.dtypes, g.out, g.archive, g.cpu, g.cuda, cuda_root, g.schedule, g.cuda_schedule, grad_of};
         nlohmann::json entries = mlirgen::compile_kernels(spec, req);
         if (!g.fragment.empty()) write_file_atomically(g.fragment, entries.dump(1) + "\n");
         if (!g.manifest.empty()) {

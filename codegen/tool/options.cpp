@@ -44,6 +44,7 @@ VerifyArgs parse_verify_args(const std::vector<std::string> &args) {
         else if (a == "--json") v.json = true;
         else if (a == "--quick") v.quick = true;
         else if (a == "--failures") v.failures_only = true;
+        else if (a == "--grad") v.grad = true;
         else if (a == "--seed") {
             v.seed = parse_seed(value("--seed"));
         } else if (!a.empty() && a[0] == '-') throw Usage("verify: unknown option '" + a + "'");
@@ -79,6 +80,7 @@ GenerateArgs parse_generate_args(const std::vector<std::string> &args, const std
         else if (a == "--archive") g.archive = value();
         else if (a == "--schedule") g.schedule = value();
         else if (a == "--dtype") g.dtypes = parse_dtypes(value());
+        else if (a == "--grad") g.grad = true;
         else if (a == "--target" && takes(a)) g.targets = split_list(value());
         else if (a == "--cuda-schedule" && takes(a)) g.cuda_schedule = value();
         else if (a == "--no-cpu" && takes(a)) g.cpu = false;

@@ -29,6 +29,7 @@ struct VerifyArgs {
     bool json = false;
     bool quick = false;
     bool failures_only = false;
+    bool grad = false;  // --grad: verify the backward of each declaration (dsl/grad.h)
     uint64_t seed = 0;
     std::string schedule;  // --schedule: overrides of every kernel's schedule record ("" = defaults)
 };
@@ -41,6 +42,7 @@ struct GenerateArgs {
     std::vector<DType> dtypes{DType::F32, DType::BF16, DType::F16};
     std::vector<std::string> targets{"host", "x86-64-avx2"};
     bool cpu = true, cuda = false;  // normgen-mlir: --no-cpu, --cuda
+    bool grad = false;              // --grad: compile the backward of the declaration (dsl/grad.h)
 };
 // `flags` lists the options beyond the common ones (--out --fragment --manifest --table --source
 // --archive --schedule --dtype) that this generator takes ("--target", "--cuda-schedule",

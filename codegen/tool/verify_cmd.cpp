@@ -1,6 +1,7 @@
 #include "codegen/tool/verify_cmd.h"
 
 #include "dsl/checker.h"
+#include "dsl/grad.h"
 #include "runtime/errors.h"
 #include "runtime/verify.h"
 
@@ -36,8 +37,10 @@ int cmd_verify(const VerifyArgs &v, const KernelFactory &make) {
     // Progress goes to stderr: a live line on a terminal, one line per kernel otherwise.
     const bool tty = isatty(2);
     for (const std::string &file : v.files) {
-        NormSpec spec = load_norm_file(file);
-        std::vector<VerifyShape> shapes = verify_shapes(spec);
+        // --grad: the backward declaration, on the forward's sweep with consistent inputs.
+        const NormSpec forward = load_norm_file(file);
+        const NormSpec spec = v.grad ? differentiate(forward).spec : forward;
+        std::vector<VerifyShape> shapes = verify_shapes(forward);
         if (v.quick) {  // a spread of the sweep: every fourth shape
             std::vector<VerifyShape> some;
             for (size_t i = 0; i < shapes.size(); i += 4) some.push_back(shapes[i]);
@@ -89,7 +92,8 @@ int cmd_verify(const VerifyArgs &v, const KernelFactory &make) {
                     std::fflush(stderr);
                 }
                 uint64_t seed = base_seed + rows.size() * 7919;
-                std::vector<CaseResult> results = verify_case(spec, storage, fns, s, seed);
+                std::vector<CaseResult> results =
+                    verify_case(spec, storage, fns, s, seed, v.grad ? backward_input_maker(forward, spec, storage) : InputMaker{}, v.grad);
                 for (size_t t = 0; t < results.size(); ++t) {
                     const CaseResult &c = results[t];
                     Row r;

@@ -101,6 +101,7 @@ double apply_unary(UnaryOp op, double x) {
     case UnaryOp::Log: return std::log(x);
     case UnaryOp::Abs: return std::fabs(x);
     case UnaryOp::Sigmoid: return 1.0 / (1.0 + std::exp(-x));
+    case UnaryOp::Step: return x > 0 ? 1.0 : 0.0;
     case UnaryOp::Round: break;  // needs its storage type: Interpreter::round_point
     }
     return NAN;
@@ -136,6 +137,13 @@ public:
         return out;
     }
 
+    TensorMap run_magnitudes() {
+        value_mags_.resize(spec_.values.size());
+        TensorMap out;
+        for (const OutputInfo &o : spec_.outputs) out[o.name] = from_field(*value_mag(o.value), o.dims);
+        return out;
+    }
+
 private:
     const NormSpec &spec_;
     const Overrides &ov_;
@@ -145,6 +153,99 @@ private:
     using FieldPtr = std::shared_ptr<const Field>;
     std::vector<FieldPtr> tensors_;
     std::vector<FieldPtr> values_;
+    std::vector<FieldPtr> value_mags_;  // evaluate_magnitudes
+
+    FieldPtr value_mag(int index) {
+        if (!value_mags_[index]) value_mags_[index] = mag(*spec_.values[index].expr);
+        return value_mags_[index];
+    }
+
+    static FieldPtr zeros_like(const Field &f) { return std::make_shared<Field>(Field{f.axes, f.ext, std::vector<double>(f.data.size(), 0.0)}); }
+
+    // The running error bound's scale M of a node (evaluate_magnitudes): first-order propagation of
+    // absolute errors u * M through each operation, plus |result| for the operation's own rounding.
+    FieldPtr mag(const Node &n) {
+        using std::fabs;
+        switch (n.kind) {
+        case Node::Literal: return scalar(fabs(n.value));
+        case Node::Const: return scalar(fabs(const_value(n)));
+        case Node::Tensor: return zeros_like(*eval(n));  // inputs are exact as stored
+        case Node::Value: return value_mag(n.index);
+        case Node::Count: return scalar(0);
+        case Node::Unary: {
+            FieldPtr a = eval(*n.args[0]), ma = mag(*n.args[0]), v = eval(n);
+            auto out = std::make_shared<Field>(*v);
+            for (size_t i = 0; i < out->data.size(); ++i) {
+                const double x = a->data[i], m = ma->data[i], y = v->data[i];
+                double r = 0;
+                switch (n.unary) {
+                case UnaryOp::Neg: case UnaryOp::Abs: case UnaryOp::Round: r = m; break;
+                case UnaryOp::Step: r = 0; break;
+                case UnaryOp::Sqrt: r = (m == 0 ? 0 : m / (2 * fabs(y))) + fabs(y); break;
+                case UnaryOp::Rsqrt: r = 0.5 * m * fabs(y * y * y) + fabs(y); break;
+                case UnaryOp::Tanh: r = m * (1 - y * y) + fabs(y); break;
+                case UnaryOp::Exp: r = m * fabs(y) + fabs(y); break;
+                case UnaryOp::Log: r = (m == 0 ? 0 : m / fabs(x)) + fabs(y); break;
+                case UnaryOp::Sigmoid: r = m * y * (1 - y) + fabs(y); break;
+                }
+                out->data[i] = r;
+            }
+            return out;
+        }
+        case Node::Binary: {
+            FieldPtr pa = eval(*n.args[0]), pb = eval(*n.args[1]), ma = mag(*n.args[0]), mb = mag(*n.args[1]);
+            const Field &a = *pa, &b = *pb;
+            return broadcast(n, a, b, [&](int64_t i, int64_t j) {
+                const double x = a.data[i], y = b.data[j], mx = ma->data[i], my = mb->data[j];
+                const double v = fabs(apply_binary(n.binary, x, y));
+                double m = 0;
+                switch (n.binary) {
+                case BinaryOp::Add: case BinaryOp::Sub: m = mx + my + v; break;
+                case BinaryOp::Mul: m = mx * fabs(y) + fabs(x) * my + v; break;
+                case BinaryOp::Div: m = mx / fabs(y) + fabs(x) * my / (y * y) + v; break;
+                case BinaryOp::Max: case BinaryOp::Min: m = std::max(mx, my); break;
+                case BinaryOp::Pow: m = v * ((mx == 0 ? 0 : fabs(y) * mx / fabs(x)) + (my == 0 ? 0 : fabs(std::log(fabs(x))) * my)) + v; break;
+                }
+                return m;
+            });
+        }
+        case Node::Reduce: {
+            FieldPtr in = eval(*n.args[0]), min = mag(*n.args[0]), v = eval(n);
+            Field r;
+            r.axes = n.axes;
+            r.ext = extents_of(r.axes, ext_);
+            const size_t m = (size_t)product(r.ext);
+            double count = 1;
+            for (AxisId a : n.over) count *= (double)ext_.extent[a];
+            std::array<std::vector<int64_t>, 2> st{strides_along(*in, in->axes), strides_along(r, in->axes)};
+            std::vector<double> s(m, 0.0), mu(m, 0.0), mmu(m, 0.0);
+            const bool sums = n.reduce == ReduceOp::Sum || n.reduce == ReduceOp::Mean || n.reduce == ReduceOp::Var;
+            if (sums) {
+                for_each_point<2>(in->ext, st, [&](const std::array<int64_t, 2> &o) {
+                    s[o[1]] += min->data[o[0]] + fabs(in->data[o[0]]);
+                    mu[o[1]] += in->data[o[0]];
+                });
+                for (size_t i = 0; i < m; ++i) mu[i] /= count, mmu[i] = s[i] / count;
+            }
+            if (n.reduce == ReduceOp::Var) {
+                std::fill(s.begin(), s.end(), 0.0);
+                for_each_point<2>(in->ext, st, [&](const std::array<int64_t, 2> &o) {
+                    const double d = fabs(in->data[o[0]] - mu[o[1]]);
+                    s[o[1]] += 2 * d * (min->data[o[0]] + mmu[o[1]]) + d * d;
+                });
+            }
+            if (n.reduce == ReduceOp::Max || n.reduce == ReduceOp::Min)
+                for_each_point<2>(in->ext, st, [&](const std::array<int64_t, 2> &o) { s[o[1]] = std::max(s[o[1]], min->data[o[0]]); });
+            r.data.resize(m);
+            for (size_t i = 0; i < m; ++i) {
+                const double scale = n.reduce == ReduceOp::Mean || n.reduce == ReduceOp::Var ? 1 / count : 1;
+                r.data[i] = s[i] * scale + (sums ? std::fabs(v->data[i]) : 0);
+            }
+            return std::make_shared<Field>(std::move(r));
+        }
+        }
+        throw std::logic_error("reference: unknown node kind");
+    }
 
     Field to_field(const TensorInfo &t, const HostTensor &h) const {
         Field f;
@@ -193,6 +294,19 @@ private:
 
     FieldPtr scalar(double v) const { return std::make_shared<Field>(Field{{}, {}, {v}}); }
 
+    // A binary node's field: f(offset in a, offset in b) at every point of its axes (broadcasting).
+    template <typename F>
+    FieldPtr broadcast(const Node &n, const Field &a, const Field &b, F &&f) const {
+        auto out = std::make_shared<Field>();
+        Field &r = *out;
+        r.axes = n.axes;
+        r.ext = extents_of(r.axes, ext_);
+        r.data.resize((size_t)product(r.ext));
+        std::array<std::vector<int64_t>, 3> st{strides_along(r, r.axes), strides_along(a, r.axes), strides_along(b, r.axes)};
+        for_each_point<3>(r.ext, st, [&](const std::array<int64_t, 3> &o) { r.data[o[0]] = f(o[1], o[2]); });
+        return out;
+    }
+
     double const_value(const Node &n) const {
         auto it = ov_.find(n.name);
         if (it != ov_.end()) return it->second;
@@ -220,16 +334,7 @@ private:
         case Node::Binary: {
             FieldPtr pa = eval(*n.args[0]), pb = eval(*n.args[1]);
             const Field &a = *pa, &b = *pb;
-            auto out = std::make_shared<Field>();
-            Field &r = *out;
-            r.axes = n.axes;
-            r.ext = extents_of(r.axes, ext_);
-            r.data.resize((size_t)product(r.ext));
-            std::array<std::vector<int64_t>, 3> st{strides_along(r, r.axes), strides_along(a, r.axes), strides_along(b, r.axes)};
-            for_each_point<3>(r.ext, st, [&](const std::array<int64_t, 3> &o) {
-                r.data[o[0]] = apply_binary(n.binary, a.data[o[1]], b.data[o[2]]);
-            });
-            return out;
+            return broadcast(n, a, b, [&](int64_t i, int64_t j) { return apply_binary(n.binary, a.data[i], b.data[j]); });
         }
         case Node::Reduce: return std::make_shared<Field>(reduce(n, *eval(*n.args[0])));
         }
@@ -333,6 +438,10 @@ TensorMap evaluate_reference(const NormSpec &spec, const TensorMap &inputs, cons
     }();
     (void)heap_tuned;
     return Interpreter(spec, inputs, overrides, options).run();
+}
+
+TensorMap evaluate_magnitudes(const NormSpec &spec, const TensorMap &inputs, const Overrides &overrides, const ReferenceOptions &options) {
+    return Interpreter(spec, inputs, overrides, options).run_magnitudes();
 }
 
 }  // namespace normgen

@@ -36,4 +36,13 @@ struct ReferenceOptions {
 TensorMap evaluate_reference(const NormSpec &spec, const TensorMap &inputs, const Overrides &overrides = {},
                              const ReferenceOptions &options = {});
 
+// The running error bound's scale M of every output (Higham, "Accuracy and Stability of Numerical
+// Algorithms", 3.1): evaluating the declaration in a precision with unit roundoff u errs by about
+// u * M to first order, per element. M propagates each operand's M through the operation's
+// derivative and adds |result| for the operation's own rounding (a sum adds every |term|). Unlike the
+// verifier's input sensitivity it sees cancellation inside the computation: d_v of WeightNorm with
+// one input column is exactly 0 as a function, yet a kernel's two O(1) terms leave ~1e-7.
+TensorMap evaluate_magnitudes(const NormSpec &spec, const TensorMap &inputs, const Overrides &overrides = {},
+                              const ReferenceOptions &options = {});
+
 }  // namespace normgen

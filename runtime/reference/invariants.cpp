@@ -126,6 +126,7 @@ private:
         case UnaryOp::Sqrt: return a.kind == Abs::Scaled ? Abs::scaled(a.p / 2) : Abs::unknown();
         case UnaryOp::Rsqrt: return a.kind == Abs::Scaled ? Abs::scaled(-a.p / 2) : Abs::unknown();
         case UnaryOp::Abs: return a.kind == Abs::Scaled ? a : Abs::unknown();  // s > 0
+        case UnaryOp::Step: return a.kind == Abs::Scaled ? Abs::same() : Abs::unknown();  // step(s a) = step(a), s > 0
         default: return Abs::unknown();  // tanh, exp, log, sigmoid, a rounding point
         }
     }

@@ -1,6 +1,7 @@
 // The shipped objects themselves: every generated kernel in the manifest (each layer x storage type
 // x ISA this CPU runs x variant), called through the registry and run_kernel like a user program
 // would, verified against the float64 reference on a spread of the verifier's shapes.
+#include "runtime/random_inputs.h"
 #include "runtime/registry.h"
 #include "runtime/run.h"
 #include "runtime/storage.h"
@@ -57,6 +58,21 @@ TensorMap run_aot(const Registry::Kernel &k, const TensorMap &in) {
     return out;
 }
 
+// Elements of a shape of the sweep (every atomic axis of the declaration).
+int64_t shape_elements(const NormSpec &spec, const VerifyShape &s) {
+    AxisExtents ext = choose_extents(spec, s.sizes, 1);
+    int64_t n = 1;
+    for (size_t a = 0; a < spec.axes.size(); ++a)
+        if (!spec.axes[a].is_split()) n *= ext.extent[a];
+    return n;
+}
+
+// Backward kernels here take the shapes of their forward's sweep up to 2^20 elements (the float64
+// backward, its running error bound and the forward it draws inputs from cost about ten forward
+// evaluations a shape; GroupNorm's 75-million-element shape alone took minutes). The whole sweep:
+// scripts/verify-grad.sh.
+constexpr int64_t kGradShapeElements = int64_t(1) << 20;
+
 }  // namespace
 
 TEST_CASE("every generated kernel verifies through the registry", "[aot][verify]") {
@@ -75,13 +91,20 @@ TEST_CASE("every generated kernel verifies through the registry", "[aot][verify]
     for (const Registry::Kernel *k : registry().kernels()) {
         if (!k->runs_here()) continue;
         SECTION(k->function) {
-            std::vector<VerifyShape> shapes = verify_shapes(*k->spec);
+            // A backward kernel: its forward's shapes, inputs consistent with the forward (saved
+            // statistics from the float64 forward) and the running error bound (runtime/verify.h).
+            const bool grad = !k->grad_of.empty();
+            const std::shared_ptr<const NormSpec> forward = grad ? registry().spec(k->grad_of) : k->spec;
+            REQUIRE(forward);
+            std::vector<VerifyShape> shapes = verify_shapes(*forward);
             StorageMap storage;
             for (const KernelArg &a : k->args) storage[a.name] = a.dtype;
+            const InputMaker inputs = grad ? backward_input_maker(*forward, *k->spec, storage) : InputMaker{};
             KernelFn fn = [k](const TensorMap &in, const Overrides &) { return run_aot(*k, in); };
             // Every third shape (the JIT tests cover all of them with the same code generator).
             for (size_t i = 0; i < shapes.size(); i += 3) {
-                CaseResult c = verify_case(*k->spec, storage, {fn}, shapes[i], seed + i).front();
+                if (grad && shape_elements(*forward, shapes[i]) > kGradShapeElements) continue;
+                CaseResult c = verify_case(*k->spec, storage, {fn}, shapes[i], seed + i, inputs, grad).front();
                 std::string detail;
                 for (const OutputCheck &o : c.outputs)
                     detail += o.name + ": err/bound " + std::to_string(o.max_err) + " (err " + std::to_string(o.worst_abs) + ", bound " +
@@ -92,7 +115,7 @@ TEST_CASE("every generated kernel verifies through the registry", "[aot][verify]
         }
         ++checked;
     }
-    CHECK(checked >= 18 * 3);  // every catalog layer in every storage type, at least one ISA
+    CHECK(checked >= 2 * 18 * 3);  // every catalog layer and its backward in every storage type, at least one ISA
 }
 
 TEST_CASE("Halide and MLIR kernels of every catalog layer agree with each other and the reference", "[aot][verify][mlir]") {
@@ -112,9 +135,14 @@ TEST_CASE("Halide and MLIR kernels of every catalog layer agree with each other 
             for (const KernelArg &a : h->args) storage[a.name] = a.dtype;
             KernelFn fh = [h](const TensorMap &in, const Overrides &) { return run_aot(*h, in); };
             KernelFn fm = [m](const TensorMap &in, const Overrides &) { return run_aot(*m, in); };
-            std::vector<VerifyShape> shapes = verify_shapes(*h->spec);
+            const bool grad = !h->grad_of.empty();
+            const std::shared_ptr<const NormSpec> forward = grad ? registry().spec(h->grad_of) : h->spec;
+            REQUIRE(forward);
+            const InputMaker inputs = grad ? backward_input_maker(*forward, *h->spec, storage) : InputMaker{};
+            std::vector<VerifyShape> shapes = verify_shapes(*forward);
             for (size_t i = 1; i < shapes.size(); i += 2) {
-                std::vector<CaseResult> r = verify_case(*h->spec, storage, {fh, fm}, shapes[i], 1000 + i);
+                if (grad && shape_elements(*forward, shapes[i]) > kGradShapeElements) continue;
+                std::vector<CaseResult> r = verify_case(*h->spec, storage, {fh, fm}, shapes[i], 1000 + i, inputs, grad);
                 INFO(shapes[i].label);
                 CHECK(r[0].pass);
                 CHECK(r[1].pass);

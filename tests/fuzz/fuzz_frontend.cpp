@@ -1,8 +1,10 @@
 // libFuzzer target: the .norm front end. Any text must end in a NormSpec or in located diagnostics
 // (DiagnosticError), never in a crash, a hang or another exception; an accepted declaration must
-// print to text that reads back to the same canonical form, and its plan must be computable.
+// print to text that reads back to the same canonical form, its plan must be computable, and its
+// backward (`normgen grad`) must be a declaration that checks, or a located refusal.
 #include "codegen/common/kernel_plan.h"
 #include "dsl/checker.h"
+#include "dsl/grad.h"
 #include "dsl/printer.h"
 
 #include <cstdint>
@@ -39,5 +41,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     (void)rounding_points(spec);
     for (Variant v : variants_of(spec))
         for (DType t : {DType::F32, DType::BF16}) (void)plan_text(spec, make_plan(spec, t, v));
+    // differentiate() checks what it emits and throws std::logic_error when that fails (a bug: the
+    // fuzzer reports it as an uncaught exception); a refusal is a DiagnosticError.
+    try {
+        GradResult g = differentiate(spec);
+        (void)g.text;
+    } catch (const DiagnosticError &) {
+    }
     return 0;
 }

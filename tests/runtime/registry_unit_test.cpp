@@ -60,6 +60,7 @@ std::vector<RecordedCall> g_calls;
 size_t g_nargs = 0;          // how many arguments the kernel being called has
 size_t g_first_output = 0;   // arguments from here on are outputs: the fake fills them with 0x5a bytes
 bool g_fail = false;         // the fake reports a Halide error instead
+bool g_touch = true;         // the fake writes its outputs (off for calls on fake addresses)
 
 template <int I>
 int fake_argv(void **args) {
@@ -73,7 +74,7 @@ int fake_argv(void **args) {
         RecordedBuffer r{b->host, b->type, std::vector<halide_dimension_t>(b->dim, b->dim + b->dimensions), b->flags, b->device,
                          b->device_interface};
         c.bufs.push_back(r);
-        if (i >= g_first_output) {
+        if (g_touch && i >= g_first_output) {
             int64_t n = 1;
             for (int d = 0; d < b->dimensions; ++d) n *= b->dim[d].extent;
             std::memset(b->host, 0x5a, (size_t)n * b->type.bytes());
@@ -763,4 +764,110 @@ TEST_CASE("check_kernel_call refuses exactly what run_kernel refuses, and calls 
     auto t = c.tensors();
     t.erase("weight");
     CHECK_THROWS_AS(check_kernel_call(k, t), UserError);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Past 2^31 elements: the call is cut into chunks along the largest tensor's outermost axis. The
+// tensors are fake addresses (never touched: the fake records and writes nothing), so the chunk
+// arithmetic is checked at sizes no test could allocate.
+namespace {
+
+struct FakeTouch {
+    FakeTouch() { g_touch = false; }
+    ~FakeTouch() { g_touch = true; }
+};
+
+// A view at a fake address: `base` GiB into an address range nothing maps.
+TensorView fake_view(uintptr_t base_gib, Shape shape, DType t = DType::F32) {
+    return TensorView{reinterpret_cast<void *>((uintptr_t)0x100000000000ull + (base_gib << 30)), t, std::move(shape), {}};
+}
+
+// The calls a LayerNorm of rows x d gets: each chunk's row range, checked for the buffers.
+std::vector<std::pair<int64_t, int64_t>> layer_norm_chunks(int64_t rows, int64_t d) {
+    FakeTouch quiet;
+    const Registry::Kernel &k = kernel("layer_norm__f32__avx2__core");
+    std::map<std::string, TensorView> t = {{"x", fake_view(0, {rows, d})},
+                                           {"weight", fake_view(4096, {d})},
+                                           {"bias", fake_view(8192, {d})},
+                                           {"y", fake_view(12288, {rows, d})}};
+    g_calls.clear();
+    call(k, t);
+    std::vector<std::pair<int64_t, int64_t>> out;
+    int64_t next = 0;
+    for (const RecordedCall &c : g_calls) {
+        REQUIRE(c.bufs.size() == 4);
+        const RecordedBuffer &x = c.bufs[0], &y = c.bufs[3];
+        REQUIRE(x.dims.size() == 2);
+        CHECK(x.dims[0] == halide_dimension_t(0, (int32_t)d, 1));
+        CHECK(x.dims[1].min == 0);
+        CHECK(x.dims[1].stride == d);
+        const int64_t len = x.dims[1].extent;
+        CHECK(len >= 1);
+        CHECK(len * d <= INT32_MAX);  // every chunk fits 32-bit indexing
+        // Each chunk starts where the previous one ended, in x and y alike; the parameters are whole.
+        CHECK((uintptr_t)x.host == (uintptr_t)t.at("x").data + (uintptr_t)(next * d * 4));
+        CHECK((uintptr_t)y.host == (uintptr_t)t.at("y").data + (uintptr_t)(next * d * 4));
+        CHECK(y.dims == x.dims);
+        CHECK(c.bufs[1].host == t.at("weight").data);
+        CHECK(c.bufs[1].dims[0] == halide_dimension_t(0, (int32_t)d, 1));
+        out.push_back({next, next + len});
+        next += len;
+    }
+    CHECK(next == rows);  // every row exactly once, in order
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("a call past 2^31 elements is cut along rows into chunks that fit 32-bit indexing", "[run][chunks]") {
+    const int64_t M = INT32_MAX;  // 2^31 - 1: the most a chunk holds
+    using R = std::vector<std::pair<int64_t, int64_t>>;
+    SECTION("2^31 - 1 rows: one call") { CHECK(layer_norm_chunks(M, 1) == R{{0, M}}); }
+    SECTION("2^31 rows: two calls") { CHECK(layer_norm_chunks(M + 1, 1) == R{{0, M}, {M, M + 1}}); }
+    SECTION("2^31 + 1 rows") { CHECK(layer_norm_chunks(M + 2, 1) == R{{0, M}, {M, M + 2}}); }
+    SECTION("2^32 + 5 rows") {
+        const int64_t rows = (int64_t(1) << 32) + 5;
+        CHECK(layer_norm_chunks(rows, 1) == R{{0, M}, {M, 2 * M}, {2 * M, rows}});
+    }
+    SECTION("rows of 3 elements: whole rows per chunk") {
+        const int64_t rows = (int64_t(1) << 31) + 7, step = M / 3;  // 715827882 rows; 3 steps leave 9 rows
+        CHECK(layer_norm_chunks(rows, 3) == R{{0, step}, {step, 2 * step}, {2 * step, 3 * step}, {3 * step, rows}});
+    }
+    SECTION("rows of 4096 elements, 2^31 + 4096 in all") {
+        const int64_t rows = (int64_t(1) << 19) + 1, step = M / 4096;
+        CHECK(layer_norm_chunks(rows, 4096) == R{{0, step}, {step, rows}});
+    }
+    SECTION("a call that fits is one call") { CHECK(layer_norm_chunks(1000, 4096) == R{{0, 1000}}); }
+}
+
+TEST_CASE("a call past 2^31 elements that no axis can split is refused, naming the axis", "[run][chunks]") {
+    FakeTouch quiet;
+    g_calls.clear();
+    SECTION("one row of 2^31 elements") {
+        const int64_t d = int64_t(1) << 31;
+        const Registry::Kernel &k = kernel("layer_norm__f32__avx2__core");
+        std::map<std::string, TensorView> t = {{"x", fake_view(0, {1, d})},
+                                               {"weight", fake_view(16, {d})},
+                                               {"bias", fake_view(32, {d})},
+                                               {"y", fake_view(48, {1, d})}};
+        CHECK_THAT(user_error_of([&] { call(k, t); }),
+                   Catch::Contains("tensor 'x' has 2147483648 elements") &&
+                       Catch::Contains("one unit of its outermost axis 'rows' holds 2147483648 elements of 'x'"));
+        CHECK_THAT(user_error_of([&] { check_kernel_call(k, t); }), Catch::Contains("cannot be split"));
+    }
+    SECTION("a BatchNorm whose outermost axis n is reduced") {
+        const Registry::Kernel &k = kernel("batch_norm_train__f32__avx2__core");
+        const int64_t n = 1024, c = 64, hw = 32768;  // 2^31 elements
+        std::map<std::string, TensorView> t;
+        uintptr_t at = 0;
+        for (const KernelArg &a : k.args) {
+            Shape s;
+            for (const std::string &dim : a.dims) s.push_back(dim == "n" ? n : dim == "c" ? c : dim == "h" ? hw / 128 : 128);
+            t[a.name] = fake_view(at, s, a.dtype);
+            at += 16;
+        }
+        CHECK_THAT(user_error_of([&] { call(k, t); }),
+                   Catch::Contains("cannot be split") && Catch::Contains("its outermost axis 'n' is reduced by layer 'batch_norm_train'"));
+    }
+    CHECK(g_calls.empty());
 }

@@ -71,6 +71,8 @@ int run_one(const Registry::Kernel &k, const Shape &shape, uint64_t seed, bool c
         store[a.name] = std::move(s);
     }
     TensorMap ref = evaluate_reference(spec, stored, {}, {k.storage()});
+    // A backward kernel's formulas cancel inside: its bound adds the running error bound.
+    const TensorMap mags = k.grad_of.empty() ? TensorMap{} : evaluate_magnitudes(spec, stored, {}, {k.storage()});
     for (const KernelArg &a : k.args) {
         if (a.role != KernelArg::Output) continue;
         if (a.optional && !k.full()) continue;  // a core kernel takes no optional output
@@ -93,7 +95,8 @@ int run_one(const Registry::Kernel &k, const Shape &shape, uint64_t seed, bool c
         }
         // The spot-check bound of the kernel tests (runtime/verify.h): f32 1e-5 relative, bf16/f16
         // a couple of ulps of the correctly rounded reference; NaN (an unwritten element) fails.
-        OutputCheck c = compare_output(a.name, out.host(), ref.at(a.name), a.dtype, spot_check_bound(spec));
+        OutputCheck c = compare_output(a.name, out.host(), ref.at(a.name), a.dtype,
+                                       mags.empty() ? spot_check_bound(spec) : spot_check_bound(spec, mags.at(a.name)));
         worst = std::max(worst, c.max_err);
         if (!c.pass) {
             if (bad == 0 && first_problem.empty())
@@ -121,6 +124,17 @@ int main() {
         if (reg.kernels().size() != kKernelTableSize) {
             std::printf("FAIL the manifest lists %zu kernels, the kernel table %zu\n", reg.kernels().size(), kKernelTableSize);
             ++failures;
+        }
+
+        // GRAD ON: every layer of the project has its backward, found by select_grad.
+        for (const Registry::Kernel *k : reg.kernels()) {
+            if (!k->grad_of.empty()) continue;
+            const Registry::Kernel *g = reg.select_grad(k->layer, k->dtype, std::nullopt, k->backend);
+            if (!g || g->grad_of != k->layer) {
+                std::printf("FAIL no backward kernel of %s (%s, %s) through select_grad\n", k->layer.c_str(), dtype_name(k->dtype),
+                            backend_name(k->backend));
+                ++failures;
+            }
         }
 
         // What the program would do: select the best kernel for each layer and storage type.

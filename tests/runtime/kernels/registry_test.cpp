@@ -148,6 +148,31 @@ TEST_CASE("select: avx2 kernels when asked for avx2, the CPU's best otherwise, n
     CHECK(reg.select("no_such_layer", DType::F32, false, Isa::Avx2) == nullptr);
 }
 
+TEST_CASE("every forward layer has backward kernels in both backends and every storage type, found by select_grad", "[kernels][grad]") {
+    const Registry &reg = registry();
+    std::set<std::string> forward;
+    for (const Registry::Kernel *k : reg.kernels())
+        if (k->grad_of.empty() && k->device == Device::Cpu) forward.insert(k->layer);
+    CHECK(forward.size() >= 18);
+    for (const std::string &layer : forward) {
+        INFO(layer);
+        for (DType t : {DType::F32, DType::BF16, DType::F16})
+            for (Backend b : {Backend::Halide, Backend::Mlir}) {
+                if (!reg.select(layer, t, false, std::nullopt, b)) continue;  // no forward kernel of this type
+                const Registry::Kernel *g = reg.select_grad(layer, t, std::nullopt, b);
+                REQUIRE(g);
+                CHECK(g->layer == layer + "_grad");
+                CHECK(g->grad_of == layer);
+                CHECK(g->spec->name == layer + "_grad");
+                bool has_d = false;
+                for (const KernelArg &a : g->args) has_d = has_d || (a.role == KernelArg::Output && a.name.rfind("d_", 0) == 0);
+                CHECK(has_d);
+            }
+    }
+    CHECK(reg.select_grad("no_such_layer", DType::F32) == nullptr);
+    CHECK(reg.select_grad("layer_norm_grad", DType::F32) == nullptr);  // no backward of a backward
+}
+
 TEST_CASE("layer_norm f32 core through run_kernel matches the float64 reference", "[kernels]") {
     const Registry::Kernel *k = registry().select("layer_norm", DType::F32, false);
     REQUIRE(k);
