@@ -122,7 +122,8 @@ Chunks plan_chunks(const Registry::Kernel &k, const AxisExtents &ext) {
     int64_t unit = 0;
     const KernelArg *unit_arg = nullptr;
     for (const KernelArg &a : k.args)
-        if (int64_t n = arg_elements(a, ext, axis); a.buffer_axes.back() == axis && n > unit) unit = n, unit_arg = &a;
+        if (int64_t n = arg_elements(a, ext, axis); !a.buffer_axes.empty() && a.buffer_axes.back() == axis && n > unit)
+            unit = n, unit_arg = &a;
     if (unit > kMaxKernelElements)
         throw UserError(head + ": one unit of its outermost axis " + an + " holds " + std::to_string(unit) + " elements of '" +
                         unit_arg->name + "' (one row of more than 2^31-1 elements)");

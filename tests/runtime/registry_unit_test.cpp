@@ -840,6 +840,35 @@ TEST_CASE("a call past 2^31 elements is cut along rows into chunks that fit 32-b
     SECTION("a call that fits is one call") { CHECK(layer_norm_chunks(1000, 4096) == R{{0, 1000}}); }
 }
 
+TEST_CASE("a scalar parameter is passed whole to every chunk (DyT's alpha)", "[run][chunks]") {
+    FakeTouch quiet;
+    const Registry::Kernel &k = kernel("dyt__f32__avx2__core");
+    const int64_t rows = (int64_t(1) << 31) + 3;
+    std::map<std::string, TensorView> t;
+    uintptr_t at = 0;
+    for (const KernelArg &a : k.args) {
+        Shape s;
+        for (const std::string &dim : a.dims) s.push_back(dim == "rows" ? rows : 1);
+        t[a.name] = fake_view(at, s, a.dtype);
+        at += 16;
+    }
+    g_calls.clear();
+    call(k, t);
+    REQUIRE(g_calls.size() == 2);
+    int64_t total = 0;
+    for (const RecordedCall &c : g_calls)
+        for (size_t i = 0; i < k.args.size(); ++i) {
+            const KernelArg &a = k.args[i];
+            if (a.buffer_dims.empty()) {
+                CHECK(c.bufs[i].dims.empty());  // the scalar, whole
+                CHECK(c.bufs[i].host == t.at(a.name).data);
+            } else if (a.name == "x") {
+                total += c.bufs[i].dims.back().extent;
+            }
+        }
+    CHECK(total == rows);
+}
+
 TEST_CASE("a call past 2^31 elements that no axis can split is refused, naming the axis", "[run][chunks]") {
     FakeTouch quiet;
     g_calls.clear();
