@@ -48,7 +48,7 @@ double max_rel_error(const HostTensor &a, const HostTensor &b) {
 TEST_CASE("--help explains every command and exits 0", "[cli]") {
     Result r = normgen_cli("--help");
     CHECK(r.code == 0);
-    for (const char *w : {"check FILE", "print FILE", "describe FILE", "run FILE", "exit codes"}) CHECK(r.out.find(w) != std::string::npos);
+    for (const char *w : {"check FILE", "print FILE", "grad FILE", "describe FILE", "run FILE", "exit codes"}) CHECK(r.out.find(w) != std::string::npos);
     CHECK(normgen_cli("run --help").code == 0);
 }
 
@@ -90,6 +90,42 @@ TEST_CASE("print is canonical and describe states the facts", "[cli]") {
     CHECK(d.out.find("eps = 1e-05: outside the root, in sigma + eps") != std::string::npos);
     CHECK(d.out.find("stage 1 over [d]") != std::string::npos);
     CHECK(d.out.find("accumulate f32") != std::string::npos);
+}
+
+TEST_CASE("grad prints the backward declaration, writes it with -o (which then checks), refuses what it cannot differentiate", "[cli][grad]") {
+    Result g = normgen_cli("grad " + src("dsl/catalog/layer_norm.norm"));
+    INFO(g.out);
+    CHECK(g.code == 0);
+    CHECK(g.out.find("# The backward of layer_norm (layer_norm.norm") == 0);
+    CHECK(g.out.find("norm layer_norm_grad(x: [rows, d], mu: [rows], rstd: [rows], d_y: [rows, d])") != std::string::npos);
+    CHECK(g.out.find("d_weight = sum(") != std::string::npos);
+    Result r = normgen_cli("grad " + src("dsl/catalog/layer_norm.norm") + " --recompute");
+    CHECK(r.code == 0);
+    CHECK(r.out.find("Recomputed: mu") != std::string::npos);
+
+    fs::path dir = fresh_dir("grad");
+    fs::create_directories(dir);
+    const std::string out = (dir / "ln_grad.norm").string();
+    Result w = normgen_cli("grad " + src("dsl/catalog/layer_norm.norm") + " -o " + out);
+    CHECK(w.code == 0);
+    CHECK(normgen_cli("check " + out).code == 0);
+    // Nothing to differentiate: a located error, exit 1, nothing written.
+    const std::string bad = (dir / "ema.norm").string(), bad_out = (dir / "ema_grad.norm").string();
+    std::ofstream(bad) << "norm ema(x: [rows, d], r: [d]) -> r_out updates r {\n  r_out = 0.9 * r + 0.1 * mean(x, over: rows)\n}\n";
+    Result e = normgen_cli("grad " + bad + " -o " + bad_out);
+    CHECK(e.code == 1);
+    CHECK(e.out.find(bad + ":1:") != std::string::npos);
+    CHECK(e.out.find("no differentiable output") != std::string::npos);
+    CHECK(!fs::exists(bad_out));
+    // Usage mistakes.
+    CHECK(normgen_cli("grad").code == 1);
+    CHECK(normgen_cli("grad " + src("dsl/catalog/layer_norm.norm") + " --frobnicate").code == 1);
+    CHECK(normgen_cli("grad " + src("dsl/catalog/layer_norm.norm") + " -o").code == 1);
+    // An unwritable -o is a user error naming the file.
+    Result u = normgen_cli("grad " + src("dsl/catalog/layer_norm.norm") + " -o " + (dir / "no/such/dir/x.norm").string());
+    CHECK(u.code == 1);
+    CHECK(u.out.find("cannot write file") != std::string::npos);
+    fs::remove_all(dir);
 }
 
 TEST_CASE("run --backend reference reproduces a golden case", "[cli][golden]") {
