@@ -34,6 +34,16 @@ struct CaseTensors {
     bool has(const std::string &tensor) const { return data.count(tensor) != 0; }
 };
 
+// Per-row mean and biased variance (float64 sums) of a row-major [rows, d] tensor in storage type t,
+// or of the groups of an [n, hw, c] channels-last tensor (groups of c / groups channels, all hw
+// positions): what a library's backward takes as the forward's saved statistics when the backward
+// declaration recomputes them (computed once, outside the timing).
+struct Moments {
+    std::vector<double> mean, var;
+};
+Moments row_moments(const uint8_t *x, DType t, int64_t rows, int64_t d);
+Moments channels_last_group_moments(const uint8_t *x, DType t, int64_t n, int64_t hw, int64_t c, int64_t groups);
+
 class Baseline {
 public:
     virtual ~Baseline() = default;

@@ -220,7 +220,8 @@ std::unique_ptr<Baseline> make_scalar_baseline(const CaseTensors &t, std::string
         if (t.layer == l) return make_typed<Rows>(t);
     for (const char *l : images)
         if (t.layer == l) return make_typed<Image>(t);
-    *why_not = "the scalar baseline implements the standard layers only";
+    *why_not = t.layer.find("_grad") != std::string::npos ? "the scalar baseline implements the standard layers' forward only"
+                                                          : "the scalar baseline implements the standard layers only";
     return nullptr;
 }
 

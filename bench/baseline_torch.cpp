@@ -6,6 +6,12 @@
 // CUDA caching allocator does), so repeated calls do not page-fault fresh output memory in.
 // publish() copies the results into the case's buffers for the check, outside the timing.
 //
+// The backward cases (layer <name>_grad): native_layer_norm_backward, native_batch_norm_backward
+// (InstanceNorm: on the [1, n * c, h, w] view, as ATen's instance_norm does), native_group_norm_backward,
+// from the saved mean and rstd (computed from x once, outside the timing, where the backward
+// declaration recomputes them); RMSNorm, DyT and the fused residual RMSNorm by hand compositions of
+// ATen ops (the formulas autograd would run through their eager forward compositions, in f32).
+//
 // ATen's CPU layer_norm / group_norm / batch_norm want parameters in the activations' dtype, so
 // for bf16/f16 cases they are converted once (the case's parameters are representable in that
 // type: bench/kernel_case.cpp), not per call.
@@ -19,6 +25,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -97,6 +104,7 @@ public:
 
     std::string build() {
         const std::string &l = t_.layer;
+        if (l.size() > 5 && l.compare(l.size() - 5, 5, "_grad") == 0) return build_backward(l.substr(0, l.size() - 5));
         const at::ScalarType st = aten_type(t_.dtype);
         const bool image = t_.extent.count("n") != 0;
         std::vector<int64_t> shape, strides;
@@ -186,6 +194,137 @@ public:
         return "";
     }
 
+    // The backward of forward layer `l`: d_x and the parameter gradients into results_.
+    std::string build_backward(const std::string &l) {
+        const at::ScalarType st = aten_type(t_.dtype);
+        const bool image = t_.extent.count("n") != 0;
+        std::vector<int64_t> shape, strides;
+        if (image) {
+            const int64_t n = t_.at("n"), c = t_.at("c"), h = t_.at("h"), w = t_.at("w");
+            shape = {n, c, h, w};
+            strides = l == "group_norm_nhwc" ? std::vector<int64_t>{h * w * c, 1, w * c, c} : std::vector<int64_t>{c * h * w, h * w, w, 1};
+        } else {
+            shape = {t_.at("rows"), t_.at("d")};
+            strides = {shape[1], 1};
+        }
+        const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat);
+        auto act = [&](const std::string &name) { return at::from_blob(t_.ptr(name), shape, strides, at::TensorOptions().dtype(st)); };
+        auto vec = [&](const std::string &name, std::vector<int64_t> s) { return at::from_blob(t_.ptr(name), s, f32); };
+        const int64_t np = image ? t_.at("c") : t_.at("d");
+        x_ = act("x");
+        dy_ = act("d_y");
+        outputs_["d_x"] = act("d_x");
+        for (const char *p : {"d_weight", "d_bias"})
+            if (t_.has(p)) outputs_[p] = vec(p, {np});
+        if (t_.has("d_alpha")) outputs_["d_alpha"] = vec("d_alpha", {});
+        if (t_.has("weight")) {
+            at::Tensor w = vec("weight", {np});
+            weight_ = st == at::kFloat ? w : w.to(st);
+        }
+        // The saved statistics, [count] f32 (or the activations' type, where ATen wants that).
+        auto saved = [&](int64_t rows, int64_t d) {
+            if (t_.has("mu") && t_.has("rstd")) {
+                mean_ = vec("mu", {rows}).clone();
+                rstd_ = vec("rstd", {rows}).clone();
+            } else {
+                Moments m = l == "group_norm_nhwc" ? channels_last_group_moments(t_.ptr("x"), t_.dtype, shape[0], shape[2] * shape[3], shape[1], 32)
+                                                   : row_moments(t_.ptr("x"), t_.dtype, rows, d);
+                mean_ = at::empty({rows}, f32);
+                rstd_ = at::empty({rows}, f32);
+                for (int64_t i = 0; i < rows; ++i) {
+                    mean_.data_ptr<float>()[i] = (float)m.mean[i];
+                    rstd_.data_ptr<float>()[i] = (float)(1.0 / std::sqrt(m.var[i] + 1e-5));
+                }
+                note_ = "mean and rstd computed from x once, outside the timing (the forward's saved statistics)";
+            }
+        };
+        const bool has_w = t_.has("d_weight"), has_b = t_.has("d_bias");
+        auto take3 = [this](const std::tuple<at::Tensor, at::Tensor, at::Tensor> &r) {
+            results_["d_x"] = std::get<0>(r);
+            if (outputs_.count("d_weight")) results_["d_weight"] = std::get<1>(r);
+            if (outputs_.count("d_bias")) results_["d_bias"] = std::get<2>(r);
+        };
+        if (l == "layer_norm" || l == "layer_norm_weight_only" || l == "layer_norm_no_affine") {
+            const int64_t rows = shape[0], d = shape[1];
+            saved(rows, d);
+            mean_ = mean_.view({rows, 1}).to(st);
+            rstd_ = rstd_.view({rows, 1}).to(st);
+            if (st != at::kFloat) note_ += std::string(note_.empty() ? "" : "; ") + "mean and rstd in " + dtype_name(t_.dtype) + " (ATen 1.13 keeps them in the input's type)";
+            // ATen 1.13 shapes d_bias like the bias: a zero one stands in (it does not enter the gradients).
+            if (has_b) bias_ = at::zeros({d}, at::TensorOptions().dtype(st));
+            op_ = [this, d, has_w, has_b, take3] {
+                take3(at::native_layer_norm_backward(dy_, x_, {d}, mean_, rstd_, weight_, bias_, {true, has_w, has_b}));
+            };
+        } else if (l == "batch_norm_train" || l == "instance_norm") {
+            const bool inst = l == "instance_norm";
+            const int64_t ch = inst ? shape[0] * shape[1] : shape[1];
+            saved(ch, shape[2] * shape[3]);
+            if (inst) {
+                x_ = x_.view({1, ch, shape[2], shape[3]});
+                dy_ = dy_.view({1, ch, shape[2], shape[3]});
+                note_ = "native_batch_norm_backward on the [1, n * c, h, w] view (ATen's instance_norm)";
+            }
+            op_ = [this, has_w, has_b, take3, inst, shape] {
+                auto r = at::native_batch_norm_backward(dy_, x_, weight_, {}, {}, mean_, rstd_, true, 1e-5, {true, has_w, has_b});
+                if (inst) std::get<0>(r) = std::get<0>(r).view(shape);
+                take3(r);
+            };
+        } else if (l == "group_norm_nchw" || l == "group_norm_nhwc") {
+            const int64_t n = shape[0], c = shape[1], hw = shape[2] * shape[3];
+            saved(n * 32, c / 32 * hw);
+            mean_ = mean_.view({n, 32}).to(st);
+            rstd_ = rstd_.view({n, 32}).to(st);
+            // ATen 1.13's group_norm backward reads a channels_last tensor as if it were contiguous
+            // (wrong d_x): the NHWC case converts both tensors, inside the timing, as eager code must.
+            const bool nhwc = l == "group_norm_nhwc";
+            if (nhwc) note_ += std::string(note_.empty() ? "" : "; ") + "channels_last x and d_y made contiguous in every call (1.13's backward needs it)";
+            op_ = [this, n, c, hw, has_w, has_b, take3, nhwc] {
+                if (!nhwc) return take3(at::native_group_norm_backward(dy_, x_, mean_, rstd_, weight_, n, c, hw, 32, {true, has_w, has_b}));
+                take3(at::native_group_norm_backward(dy_.contiguous(), x_.contiguous(), mean_, rstd_, weight_, n, c, hw, 32, {true, has_w, has_b}));
+            };
+        } else if (l == "rms_norm") {
+            const at::Tensor w = vec("weight", {np}), rstd = vec("rstd", {shape[0], 1});
+            op_ = [this, w, rstd, st] {
+                at::Tensor xf = x_.to(at::kFloat), g = dy_.to(at::kFloat);
+                at::Tensor xhat = xf * rstd, gw = g * w;
+                at::Tensor dx = rstd * (gw - xhat * (gw * xhat).mean({-1}, true));
+                results_["d_x"] = st == at::kFloat ? dx : dx.to(st);
+                results_["d_weight"] = (g * xhat).sum({0});
+            };
+            note_ = "hand composition rstd * (g w - xhat mean(g w xhat)), d_w = sum(g xhat), in f32";
+        } else if (l == "fused_add_rms_norm") {
+            residual_ = act("residual");
+            d_h_ = act("d_h");
+            outputs_["d_residual"] = act("d_residual");
+            const at::Tensor w = vec("weight", {np});
+            op_ = [this, w, st] {
+                at::Tensor h = x_.to(at::kFloat) + residual_.to(at::kFloat), g = dy_.to(at::kFloat);
+                at::Tensor rstd = at::rsqrt(h.pow(2).mean({-1}, true) + 1e-6);
+                at::Tensor hhat = h * rstd, gw = g * w;
+                at::Tensor dh = d_h_.to(at::kFloat) + rstd * (gw - hhat * (gw * hhat).mean({-1}, true));
+                results_["d_x"] = st == at::kFloat ? dh : dh.to(st);
+                results_["d_residual"] = results_["d_x"];
+                results_["d_weight"] = (g * hhat).sum({0});
+            };
+            note_ = "hand composition: h = x + r and rstd recomputed, d_h added to the RMSNorm backward, in f32";
+        } else if (l == "dyt") {
+            const at::Tensor a = vec("alpha", {}), w = vec("weight", {np});
+            op_ = [this, a, w, st] {
+                at::Tensor xf = x_.to(at::kFloat), g = dy_.to(at::kFloat);
+                at::Tensor t = at::tanh(a * xf), gw = g * w, s = gw * (1 - t * t);
+                at::Tensor dx = a * s;
+                results_["d_x"] = st == at::kFloat ? dx : dx.to(st);
+                results_["d_alpha"] = (s * xf).sum();
+                results_["d_weight"] = (g * t).sum({0});
+                results_["d_bias"] = g.sum({0});
+            };
+            note_ = "hand composition of tanh's derivative, in f32";
+        } else {
+            return "no ATen backward for '" + l + "'";
+        }
+        return "";
+    }
+
     ~Torch() override {
         results_.clear();
         outputs_.clear();
@@ -198,7 +337,7 @@ public:
 
 private:
     CaseTensors t_;
-    at::Tensor x_, residual_, rm_, rv_, rmo_, rvo_;
+    at::Tensor x_, residual_, rm_, rv_, rmo_, rvo_, dy_, d_h_, mean_, rstd_;
     c10::optional<at::Tensor> weight_, bias_;
     std::map<std::string, at::Tensor> outputs_, results_;
     std::vector<std::string> direct_;

@@ -20,7 +20,7 @@
 namespace normgen::bench {
 
 std::string CaseSpec::name() const {
-    return layer + "/" + (model.empty() ? "" : model + "/") + dtype_name(dtype) + "/" + shape_label;
+    return layer + (grad ? "_grad" : "") + "/" + (model.empty() ? "" : model + "/") + dtype_name(dtype) + "/" + shape_label;
 }
 
 CaseSpec case_spec(const GridCase &g) {
@@ -31,6 +31,7 @@ CaseSpec case_spec(const GridCase &g) {
     c.sizes = g.sizes;
     c.shape_label = g.shape;
     c.full_reference = g.full_reference;
+    c.grad = g.grad;
     // Long enough for a stable median on a shared machine; DRAM cases take ~50-500 ms a call.
     c.min_time = g.dram ? 0.3 : 0.1;
     return c;
@@ -119,16 +120,16 @@ std::string fmt(double v) {
 }  // namespace
 
 KernelCase::KernelCase(const Registry &reg, const CaseSpec &spec, uint64_t seed) : spec_(spec) {
-    const Registry::Kernel *k = reg.select(spec_.layer, spec_.dtype, false);
+    const Registry::Kernel *k = spec_.grad ? reg.select_grad(spec_.layer, spec_.dtype) : reg.select(spec_.layer, spec_.dtype, false);
     if (!k) {
-        error_ = "no " + std::string(dtype_name(spec_.dtype)) + " kernel for layer '" + spec_.layer + "' runs on this CPU (registry " +
-                 reg.path() + ")";
+        error_ = "no " + std::string(dtype_name(spec_.dtype)) + (spec_.grad ? " backward" : "") + " kernel for layer '" + spec_.layer +
+                 "' runs on this CPU (registry " + reg.path() + (spec_.grad ? "; built with NORMGEN_GRAD_KERNELS?" : "") + ")";
         return;
     }
     kernel_ = *k;
     k_ = &kernel_;
     try {
-        setup(seed);
+        setup(seed, &reg);
     } catch (const std::exception &e) {
         error_ = std::string("setup failed: ") + e.what();
     }
@@ -136,10 +137,11 @@ KernelCase::KernelCase(const Registry &reg, const CaseSpec &spec, uint64_t seed)
 
 KernelCase::KernelCase(const Registry::Kernel &kernel, const CaseSpec &spec, uint64_t seed) : spec_(spec), kernel_(kernel) {
     k_ = &kernel_;
-    spec_.layer = kernel.layer;
+    spec_.grad = !kernel.grad_of.empty();
+    spec_.layer = spec_.grad ? kernel.grad_of : kernel.layer;
     spec_.dtype = kernel.dtype;
     try {
-        setup(seed);
+        setup(seed, nullptr);
     } catch (const std::exception &e) {
         error_ = std::string("setup failed: ") + e.what();
     }
@@ -162,7 +164,7 @@ std::string KernelCase::check_other(const Registry::Kernel &other) {
 
 CaseTensors KernelCase::tensors() const {
     CaseTensors t;
-    t.layer = spec_.layer;
+    t.layer = k_->layer;  // the backward's own name (layer_norm_grad) for a grad case
     t.dtype = spec_.dtype;
     t.threads = bench_threads();
     const NormSpec &spec = *k_->spec;
@@ -191,14 +193,16 @@ std::string KernelCase::check_baseline(Baseline &b, std::string *message) {
         b.run();
         b.publish();
     } catch (const std::exception &e) {
-        return std::string("it failed: ") + e.what();
+        std::string what = e.what();
+        what = what.substr(0, what.find('\n'));  // ATen appends its stack trace
+        return "it failed: " + what;
     }
     OutputCheckSummary c = check_outputs(0xba5e);
     if (message) *message = c.message;
     return c.pass ? "" : c.message;
 }
 
-void KernelCase::setup(uint64_t seed) {
+void KernelCase::setup(uint64_t seed, const Registry *reg) {
     const NormSpec &spec = *k_->spec;
     for (const auto &[name, n] : spec_.sizes) {
         AxisId a = spec.find_axis(name);
@@ -260,6 +264,11 @@ void KernelCase::setup(uint64_t seed) {
         args_.push_back(std::move(g));
     }
 
+    if (spec_.grad) {
+        if (!reg) throw std::logic_error("a backward case needs the registry of its forward kernel");
+        fill_saved_statistics(*reg, seed);
+    }
+
     // The call exactly as run_kernel would make it: dims innermost first over the atomic axes.
     std::map<std::string, TensorView> views;
     for (const Arg &g : args_) views[g.arg->name] = TensorView{g.mem.data(), g.arg->dtype, g.shape, {}};
@@ -290,6 +299,55 @@ void KernelCase::setup(uint64_t seed) {
     OutputCheckSummary c = check_outputs(seed);
     check_message_ = c.message;
     if (!c.pass) error_ = "output check failed: " + c.message;
+}
+
+// The saved statistics a backward kernel reads (mu, rstd: optional outputs of the forward) are what
+// the forward's full kernel computes from this case's inputs and parameters, as in a training step;
+// the forward's other tensors (its y, a bias the backward does not read) live in scratch buffers
+// for the one call.
+void KernelCase::fill_saved_statistics(const Registry &reg, uint64_t seed) {
+    std::shared_ptr<const NormSpec> forward = reg.spec(spec_.layer);
+    if (!forward) throw std::logic_error("the registry has no forward layer '" + spec_.layer + "'");
+    bool needed = false;
+    for (const Arg &g : args_)
+        if (g.arg->role != KernelArg::Output && forward->find_output(g.arg->name)) needed = true;
+    if (!needed) return;
+    const Registry::Kernel *fk = reg.select(spec_.layer, spec_.dtype, true);
+    if (!fk) throw std::logic_error("no forward kernel of '" + spec_.layer + "' writes its saved statistics here");
+    std::map<std::string, int64_t> sizes;
+    const NormSpec &bspec = *k_->spec;
+    for (size_t a = 0; a < bspec.axes.size(); ++a)
+        if (!bspec.axes[a].is_split()) sizes[bspec.axes[a].name] = extents_[a];
+    const AxisExtents fext = choose_extents(*forward, sizes, 1);
+    AxisExtents small_ext = fext;
+    small_ext.extent[forward->tensors.at(0).dims.at(0)] = 1;
+    const TensorMap small = random_inputs(*forward, small_ext, RandomInputOptions{0, seed ^ 0xf0});
+    std::vector<HostBuffer> scratch;
+    std::map<std::string, TensorView> views;
+    for (const KernelArg &a : fk->args) {
+        const std::vector<AxisId> &dims = a.role == KernelArg::Output ? forward->find_output(a.name)->dims : forward->find_tensor(a.name)->dims;
+        const std::vector<int64_t> shape = physical_shape(*forward, dims, fext);
+        int64_t numel = 1;
+        for (int64_t s : shape) numel *= s;
+        uint8_t *mem = nullptr;
+        for (Arg &g : args_)
+            if (g.arg->name == a.name && g.arg->dtype == a.dtype && g.shape == shape && (g.arg->role == KernelArg::Output) == false)
+                mem = g.mem.data();
+        if (!mem) {
+            scratch.emplace_back((size_t)numel * dtype_size(a.dtype));
+            mem = scratch.back().data();
+            if (a.role != KernelArg::Output) {
+                if (spans_axis(*forward, dims, forward->tensors.at(0).dims.at(0)))
+                    fill_random(mem, a.dtype, numel, seed ^ std::hash<std::string>()(a.name), a.name.find("var") != std::string::npos);
+                else {
+                    std::vector<uint8_t> b = encode(small.at(a.name).data, a.dtype);
+                    std::memcpy(mem, b.data(), std::min(b.size(), scratch.back().size()));
+                }
+            }
+        }
+        views[a.name] = TensorView{mem, a.dtype, shape, {}};
+    }
+    run_kernel(*fk, views);
 }
 
 void KernelCase::run_checked() const {
@@ -345,24 +403,40 @@ OutputCheckSummary KernelCase::check_outputs(uint64_t seed) const {
         }
         return h;
     };
-    TensorMap inputs;
-    for (const Arg &g : args_)
-        if (g.arg->role != KernelArg::Output) inputs[g.arg->name] = gather(g);
+    auto gather_inputs = [&] {
+        TensorMap inputs;
+        for (const Arg &g : args_)
+            if (g.arg->role != KernelArg::Output) inputs[g.arg->name] = gather(g);
+        return inputs;
+    };
     for (const Arg &g : args_)
         if (g.arg->role == KernelArg::Output && !g.has_outer && k != outer_extent_) {
             r.message = "output '" + g.arg->name + "' does not span the sampled axis; the case needs full_reference";
             return r;
         }
-    TensorMap ref = evaluate_reference(spec, inputs, {}, {k_->storage()});
+    const bool full = k == outer_extent_;
+    TensorMap sampled_ref;
+    if (full && full_ref_.empty()) full_ref_ = evaluate_reference(spec, gather_inputs(), {}, {k_->storage()});
+    if (!full) sampled_ref = evaluate_reference(spec, gather_inputs(), {}, {k_->storage()});
+    const TensorMap &ref = full ? full_ref_ : sampled_ref;
 
-    // The spot-check bound (runtime/verify.h), as the kernel tests use.
+    // The spot-check bound (runtime/verify.h), as the kernel tests use; a backward output that
+    // misses it is judged again with the running error bound of its own formula (cancellation).
     const OutputBound bound = spot_check_bound(spec);
     double worst = 0;
     std::string worst_where;
     int64_t checked = 0;
     for (const Arg &g : args_) {
         if (g.arg->role != KernelArg::Output) continue;
-        OutputCheck c = compare_output(g.arg->name, gather(g), ref.at(g.arg->name), g.arg->dtype, bound);
+        const HostTensor got = gather(g);
+        OutputCheck c = compare_output(g.arg->name, got, ref.at(g.arg->name), g.arg->dtype, bound);
+        if (!c.pass && spec_.grad) {
+            TensorMap local_mags;
+            if (full && full_mags_.empty()) full_mags_ = evaluate_magnitudes(spec, gather_inputs(), {}, {k_->storage()});
+            if (!full) local_mags = evaluate_magnitudes(spec, gather_inputs(), {}, {k_->storage()});
+            const TensorMap &mags = full ? full_mags_ : local_mags;
+            c = compare_output(g.arg->name, got, ref.at(g.arg->name), g.arg->dtype, spot_check_bound(spec, mags.at(g.arg->name)));
+        }
         if (!c.pass) {
             r.message = "the sample's " + mismatch_text(c);
             return r;
@@ -383,7 +457,7 @@ OutputCheckSummary KernelCase::check_outputs(uint64_t seed) const {
 }
 
 size_t case_bytes(const Registry &reg, const CaseSpec &cs) {
-    const Registry::Kernel *k = reg.select(cs.layer, cs.dtype, false);
+    const Registry::Kernel *k = cs.grad ? reg.select_grad(cs.layer, cs.dtype) : reg.select(cs.layer, cs.dtype, false);
     if (!k) return 0;
     const NormSpec &spec = *k->spec;
     AxisExtents ext = choose_extents(spec, cs.sizes, 1);

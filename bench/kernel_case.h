@@ -7,6 +7,7 @@
 #include "bench/host_buffer.h"
 #include "bench/shape_grids.h"
 #include "runtime/registry.h"
+#include "runtime/shapes.h"
 
 #include <HalideRuntime.h>
 
@@ -30,8 +31,13 @@ struct CaseSpec {
     //          samples of GroupNorm, BatchNorm eval);
     //   true:  the whole tensor (BatchNorm train, whose statistics reduce over n).
     bool full_reference = false;
+    // The backward kernel of `layer` (Registry::select_grad) instead of the forward: its saved
+    // statistics (mu, rstd, ...) are what the forward kernel computes from the case's x, its
+    // upstream gradients d_<out> random like x.
+    bool grad = false;
     double min_time = 0.2;                 // Google Benchmark MinTime per repetition, seconds
-    std::string name() const;              // "layer_norm/llama3-8b/f32/4096x4096" ("layer_norm/f32/4096x4096" without a model)
+    std::string name() const;              // "layer_norm/llama3-8b/f32/4096x4096" ("layer_norm/f32/4096x4096" without a
+                                           // model, "layer_norm_grad/..." when grad)
 };
 
 // The case of a grid entry (bench/shape_grids.h); min_time 0.3 s for DRAM-sized cases, else 0.1 s.
@@ -44,7 +50,7 @@ struct OutputCheckSummary {
 
 class KernelCase {
 public:
-    // Selects the kernel (Registry::select(layer, dtype, false)), allocates and fills the tensors,
+    // Selects the kernel (Registry::select(layer, dtype, false), or select_grad), allocates and fills the tensors,
     // validates the call (check_kernel_call), runs it once and checks the outputs. Never throws:
     // a failure is recorded in error().
     KernelCase(const Registry &reg, const CaseSpec &spec, uint64_t seed);
@@ -84,7 +90,8 @@ public:
     std::string check_baseline(Baseline &b, std::string *message = nullptr);
 
 private:
-    void setup(uint64_t seed);
+    void setup(uint64_t seed, const Registry *reg);
+    void fill_saved_statistics(const Registry &reg, uint64_t seed);
     OutputCheckSummary check_outputs(uint64_t seed) const;
 
     CaseSpec spec_;
@@ -107,6 +114,10 @@ private:
     std::vector<std::vector<halide_dimension_t>> dims_;
     std::vector<halide_buffer_t> bufs_;
     std::vector<void *> argv_;
+    // The float64 reference of a full_reference case, computed once (the inputs never change), and
+    // the running error bound's scales (evaluate_magnitudes), computed only when an output misses
+    // the plain spot-check bound (a backward's terms can cancel: runtime/verify.h).
+    mutable TensorMap full_ref_, full_mags_;
 };
 
 // bytes_per_call() of the case without allocating anything (0 when no kernel fits).

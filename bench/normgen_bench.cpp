@@ -5,7 +5,9 @@
 // Rows are named CASE/IMPL, CASE = layer/model/dtype/shape (e.g. layer_norm/llama3-8b/f32/4096x4096),
 // IMPL = scalar | onednn | torch | normgen | mlir (run in that order, on the same tensors). Every row reports
 //   bytes_per_second  the floor traffic of the case (x read once, y written once, plus parameters
-//                     and extra outputs), per second; the same byte count for every implementation;
+//                     and extra outputs; a backward case: x, the saved statistics and every d_<out>
+//                     read once, d_x written once, plus the parameters and their gradients), per
+//                     second; the same byte count for every implementation;
 //   GBps              the same in 1e9 bytes/s;
 //   copy_plain_GBps, copy_nt_GBps, read_GBps
 //                     the rooflines at the same byte count, same thread count (bench/copy_roofline.h):
@@ -21,8 +23,9 @@
 // timed (bench/kernel_case.h); one that fails, or has nothing for the case, is reported as an error
 // row with the reason (`normgen report` lists them).
 //
-// Grid: --normgen_grid=full (default; bench/shape_grids.h model_grid()) or short (short_grid(), the
-// README's run command). Other arguments are Google Benchmark's (--benchmark_filter=..., ...).
+// Grid: --normgen_grid=full (default: bench/shape_grids.h model_grid() then backward_grid()), forward
+// (model_grid()), backward (backward_grid(): the backward kernels, `layer_grad/...` rows) or short
+// (short_grid() + short_backward_grid(), the README's run command). Other arguments are Google Benchmark's (--benchmark_filter=..., ...).
 #include "bench/baseline.h"
 #include "bench/copy_roofline.h"
 #include "bench/kernel_case.h"
@@ -198,7 +201,8 @@ void BM_mlir(benchmark::State &state, const CaseSpec &spec) {
     if (!p.mlir_checked) {
         p.mlir_checked = true;
         if (!c.error().empty()) p.mlir_error = "the case could not be prepared: " + c.error();
-        else if (!(p.mlir = registry().select(spec.layer, spec.dtype, false, std::nullopt, Backend::Mlir)))
+        else if (!(p.mlir = spec.grad ? registry().select_grad(spec.layer, spec.dtype, std::nullopt, Backend::Mlir)
+                                      : registry().select(spec.layer, spec.dtype, false, std::nullopt, Backend::Mlir)))
             p.mlir_error = "unsupported: no mlir-cpu kernel for this layer and type in the manifest";
         else if (std::string fail = c.check_other(*p.mlir); !fail.empty())
             p.mlir_error = "wrong result: " + fail;
@@ -251,8 +255,16 @@ int main(int argc, char **argv) {
             argv[kept++] = argv[i];
     }
     argc = kept;
-    if (grid != "full" && grid != "short") {
-        std::fprintf(stderr, "normgen_bench: --normgen_grid must be 'full' or 'short', not '%s'\n", grid.c_str());
+    std::vector<GridCase> cases;
+    auto add = [&](const std::vector<GridCase> &g) { cases.insert(cases.end(), g.begin(), g.end()); };
+    if (grid == "full" || grid == "forward") add(model_grid());
+    if (grid == "full" || grid == "backward") add(backward_grid());
+    if (grid == "short") {
+        add(short_grid());
+        add(short_backward_grid());
+    }
+    if (cases.empty()) {
+        std::fprintf(stderr, "normgen_bench: --normgen_grid must be 'full', 'forward', 'backward' or 'short', not '%s'\n", grid.c_str());
         return 2;
     }
     const int threads = configure_threads();
@@ -271,7 +283,8 @@ int main(int argc, char **argv) {
     benchmark::AddCustomContext("kernel_isa", cpu_isa_name());
     benchmark::AddCustomContext("onednn", onednn_version());
     benchmark::AddCustomContext("torch", torch_version());
-    register_grid(grid == "short" ? short_grid() : model_grid());
+    benchmark::AddCustomContext("llc_bytes", std::to_string(last_level_cache_bytes()));
+    register_grid(cases);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

@@ -1,8 +1,37 @@
 #include "bench/shape_grids.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
 namespace normgen::bench {
 
-std::string GridCase::name() const { return layer + "/" + model + "/" + dtype_name(dtype) + "/" + shape; }
+std::string GridCase::name() const { return layer + (grad ? "_grad" : "") + "/" + model + "/" + dtype_name(dtype) + "/" + shape; }
+
+int64_t last_level_cache_bytes() {
+    static const int64_t bytes = [] {
+        int64_t best = 0;
+        for (int i = 0; i < 8; ++i) {
+            std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/size");
+            std::string s;
+            if (!(f >> s) || s.empty()) continue;
+            int64_t v = 0;
+            size_t k = 0;
+            while (k < s.size() && s[k] >= '0' && s[k] <= '9') v = v * 10 + (s[k++] - '0');
+            if (k < s.size() && (s[k] == 'K' || s[k] == 'k')) v <<= 10;
+            if (k < s.size() && (s[k] == 'M' || s[k] == 'm')) v <<= 20;
+            best = std::max(best, v);
+        }
+#ifdef _SC_LEVEL3_CACHE_SIZE
+        if (best <= 0) best = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+        return best > 0 ? best : int64_t(32) << 20;
+    }();
+    return bytes;
+}
 
 int64_t GridCase::elements() const {
     int64_t n = 1;
@@ -108,6 +137,72 @@ std::vector<GridCase> model_grid() {
     g.push_back(image("instance_norm", "sd-unet", 8, 320, 64, 64));
     g.push_back(image("instance_norm", "sdxl-unet", 16, 320, 128, 128));
     return g;
+}
+
+namespace {
+
+GridCase backward(GridCase g) {
+    g.grad = true;
+    g.full_reference = true;
+    g.dram = false;
+    return g;
+}
+
+// Rows of d (a power of two, at least 1024) such that x + d_y + d_x in f32 reach 4 x the L3.
+int64_t dram_rows(int64_t d) {
+    int64_t rows = 1024;
+    while (rows * d * 12 < 4 * last_level_cache_bytes()) rows *= 2;
+    return rows;
+}
+
+// Batch of an [n, c, h, w] activation the same way.
+int64_t dram_batch(int64_t c, int64_t h, int64_t w) {
+    int64_t n = 2;
+    while (n * c * h * w * 12 < 4 * last_level_cache_bytes()) n *= 2;
+    return n;
+}
+
+GridCase dram_backward(GridCase g) {
+    g = backward(g);
+    g.dram = true;
+    g.model += "-dram";
+    return g;
+}
+
+}  // namespace
+
+std::vector<GridCase> backward_grid() {
+    std::vector<GridCase> g;
+    for (const char *l : {"layer_norm", "rms_norm"}) {
+        g.push_back(backward(rows(l, "llama3-8b", 512, 4096)));
+        g.push_back(backward(rows(l, "llama3-8b", 4096, 4096)));
+        g.push_back(backward(rows(l, "llama3-70b", 4096, 8192)));
+        g.push_back(backward(rows(l, "bert-base", 32 * 512, 768)));
+        g.push_back(backward(rows(l, "llama3-8b", 4096, 4096, DType::BF16)));
+        g.push_back(dram_backward(rows(l, "llama3-70b", dram_rows(8192), 8192)));
+    }
+    g.push_back(backward(rows("layer_norm_weight_only", "llama3-8b", 4096, 4096)));
+    g.push_back(backward(rows("layer_norm_no_affine", "llama3-8b", 4096, 4096)));
+    g.push_back(dram_backward(rows("layer_norm_no_affine", "llama3-70b", dram_rows(8192), 8192)));
+    g.push_back(backward(rows("dyt", "vit-b", 64 * 197, 768)));
+    g.push_back(backward(rows("dyt", "llama3-8b", 4096, 4096)));
+    g.push_back(dram_backward(rows("dyt", "llama3-70b", dram_rows(8192), 8192)));
+    g.push_back(backward(rows("fused_add_rms_norm", "llama3-8b", 4096, 4096)));
+    g.push_back(backward(image("batch_norm_train", "resnet50", 32, 64, 112, 112)));
+    g.push_back(backward(image("batch_norm_train", "resnet50", 32, 256, 56, 56)));
+    g.push_back(backward(image("batch_norm_train", "resnet50", 32, 2048, 7, 7)));
+    g.push_back(dram_backward(image("batch_norm_train", "resnet50", dram_batch(256, 56, 56), 256, 56, 56)));
+    for (const char *l : {"group_norm_nchw", "group_norm_nhwc"}) {
+        g.push_back(backward(image(l, "sd-unet", 8, 320, 64, 64)));
+        g.push_back(backward(image(l, "sd-unet", 8, 1280, 8, 8)));
+        g.push_back(dram_backward(image(l, "sd-unet", dram_batch(320, 64, 64), 320, 64, 64)));
+    }
+    g.push_back(backward(image("instance_norm", "sd-unet", 8, 320, 64, 64)));
+    return g;
+}
+
+std::vector<GridCase> short_backward_grid() {
+    return {backward(rows("layer_norm", "llama3-8b", 4096, 4096)), backward(rows("rms_norm", "llama3-8b", 4096, 4096))};
 }
 
 std::vector<GridCase> short_grid() {

@@ -24,7 +24,10 @@ struct GridCase {
     // When the reference check must evaluate the whole tensor (statistics reduce over the
     // outermost axis: BatchNorm training).
     bool full_reference = false;
-    std::string name() const;              // "layer_norm/llama3-8b/f32/4096x4096"
+    // The backward layer (`normgen grad` of `layer`, registered as <layer>_grad): x and the
+    // upstream gradients in, d_x and the parameter gradients out (backward_grid()).
+    bool grad = false;
+    std::string name() const;              // "layer_norm/llama3-8b/f32/4096x4096" ("layer_norm_grad/..." when grad)
     int64_t elements() const;              // elements of x
 };
 
@@ -42,5 +45,18 @@ std::vector<GridCase> model_grid();
 // The short grid of the README's run command (about two minutes with every implementation): one
 // cache-resident and one DRAM-sized case per headline layer.
 std::vector<GridCase> short_grid();
+
+// The backward cases (grad = true): the layers oneDNN and ATen have a backward for (LayerNorm with
+// scale and shift, with scale only and with neither; BatchNorm training; GroupNorm NCHW and NHWC;
+// InstanceNorm) and RMSNorm, DyT and the fused residual RMSNorm (ATen compositions), on the model
+// shapes, plus one DRAM-sized case per headline layer sized from this machine's last-level cache
+// (x + d_y + d_x >= 4 x L3, dram = true). Every backward case checks its outputs against the whole
+// float64 reference (the parameter gradients reduce over every row).
+std::vector<GridCase> backward_grid();
+// Two backward cases for the README's run command: LayerNorm and RMSNorm at LLaMA-3 8B, 4096 tokens.
+std::vector<GridCase> short_backward_grid();
+
+// The last-level cache this machine reports (sysfs, else sysconf), in bytes; 32 MiB when unknown.
+int64_t last_level_cache_bytes();
 
 }  // namespace normgen::bench

@@ -13,6 +13,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -85,15 +86,18 @@ TEST_CASE("on the grid's small cases the kernel and every baseline pass the refe
 
 namespace {
 
-// A baseline that runs the real scalar implementation, then spoils its output.
+// A baseline that runs a real implementation, then spoils one element of its output `out` (n
+// elements).
 class Spoiled : public Baseline {
 public:
     enum Kind { Scale, Unwritten, Nan };
-    Spoiled(std::unique_ptr<Baseline> inner, const CaseTensors &t, Kind k) : inner_(std::move(inner)), t_(t), k_(k) {}
+    Spoiled(std::unique_ptr<Baseline> inner, const CaseTensors &t, Kind k, std::string out = "y", int64_t n = -1)
+        : inner_(std::move(inner)), t_(t), k_(k), out_(std::move(out)), n_(n) {}
     void run() override {
         inner_->run();
-        float *y = t_.f32("y");
-        const int64_t n = t_.at("rows") * t_.at("d");
+        inner_->publish();
+        float *y = t_.f32(out_);
+        const int64_t n = n_ >= 0 ? n_ : t_.at("rows") * t_.at("d");
         switch (k_) {
         case Scale: y[n / 2] *= 1.001f; break;
         case Unwritten: std::memset(&y[n - 1], 0xff, sizeof(float)); break;
@@ -106,6 +110,8 @@ private:
     std::unique_ptr<Baseline> inner_;
     CaseTensors t_;
     Kind k_;
+    std::string out_;
+    int64_t n_;
 };
 
 }  // namespace
@@ -124,5 +130,110 @@ TEST_CASE("the check rejects a baseline that is off by 1e-3 in one element, leav
     for (Spoiled::Kind k : {Spoiled::Scale, Spoiled::Unwritten, Spoiled::Nan}) {
         Spoiled s(make_baseline("scalar", kc.tensors(), &why), kc.tensors(), k);
         CHECK(kc.check_baseline(s) != "");
+    }
+}
+
+// ---- The backward grid -----------------------------------------------------------------------
+
+namespace {
+
+// Which vendor has which backward (bench/baseline_onednn.cpp, baseline_torch.cpp say why not).
+bool onednn_has_backward(const std::string &layer) {
+    static const std::set<std::string> has{"layer_norm", "layer_norm_weight_only", "layer_norm_no_affine", "batch_norm_train", "instance_norm"};
+    return has.count(layer) != 0;
+}
+
+// A backward case cut down for a unit test: at most 37 rows (odd) or 2 samples, the model's widths.
+CaseSpec small_backward(const GridCase &g) {
+    CaseSpec c = case_spec(g);
+    for (auto &[axis, e] : c.sizes) {
+        if (axis == "rows") e = std::min<int64_t>(e, 37);
+        if (axis == "n") e = std::min<int64_t>(e, 2);
+    }
+    c.shape_label += "-small";
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("every backward case names a catalog layer with a DRAM case per headline layer sized from the L3", "[bench]") {
+    std::set<std::string> names, dram;
+    for (const GridCase &g : backward_grid()) {
+        INFO(g.name());
+        CHECK(g.grad);
+        CHECK(g.full_reference);  // parameter gradients reduce over every row
+        CHECK(g.name().find(g.layer + "_grad/") == 0);
+        CHECK(names.insert(g.name()).second);
+        NormSpec spec = load_norm_file(std::string(NORMGEN_SOURCE_DIR) + "/dsl/catalog/" + g.layer + ".norm");
+        std::set<std::string> free, given;
+        for (const Axis &a : spec.axes)
+            if (!a.is_split() && !a.fixed_extent) free.insert(a.name);
+        for (const auto &[axis, e] : g.sizes) given.insert(axis);
+        CHECK(given == free);
+        if (g.dram) {
+            dram.insert(g.layer);
+            CHECK(g.elements() * 12 >= 4 * last_level_cache_bytes());  // x + d_y + d_x in f32
+        }
+    }
+    for (const char *l : {"layer_norm", "rms_norm", "dyt", "batch_norm_train", "group_norm_nchw", "group_norm_nhwc"}) CHECK(dram.count(l));
+    for (const GridCase &g : short_backward_grid()) CHECK(names.count(g.name()) == 1);
+    CHECK(last_level_cache_bytes() >= (int64_t(1) << 20));
+}
+
+TEST_CASE("on every backward case (cut down) both backends and every vendor backward pass the reference check", "[bench]") {
+    configure_threads();
+    configure_vendor_threads(bench_threads());
+    int checked = 0;
+    std::set<std::string> seen;
+    for (const GridCase &g : backward_grid()) {
+        if (!seen.insert(g.layer + "/" + dtype_name(g.dtype) + "/" + g.model.substr(0, 4)).second) continue;
+        const CaseSpec c = small_backward(g);
+        INFO(c.name());
+        KernelCase kc(registry(), c, 4321);
+        REQUIRE(kc.error() == "");
+        CHECK(kc.kernel()->grad_of == g.layer);
+        const Registry::Kernel *mlir = registry().select_grad(g.layer, g.dtype, std::nullopt, Backend::Mlir);
+        REQUIRE(mlir != nullptr);
+        CHECK(kc.check_other(*mlir) == "");
+        for (const std::string &impl : baseline_names()) {
+            INFO(impl);
+            std::string why;
+            std::unique_ptr<Baseline> b = make_baseline(impl, kc.tensors(), &why);
+            if (impl == "scalar" || (impl == "onednn" && !onednn_has_backward(g.layer))) {
+                CHECK(b == nullptr);
+                CHECK(why.find(impl == "scalar" ? "forward only" : "no ") != std::string::npos);
+                continue;
+            }
+            REQUIRE(b != nullptr);
+            const std::string fail = kc.check_baseline(*b);
+            // ATen 1.13 keeps a bf16 LayerNorm's saved mean and rstd in bf16: its d_x may miss the bound.
+            if (g.dtype == DType::BF16 && impl == "torch" && fail.find("d_x") != std::string::npos) continue;
+            CHECK(fail == "");
+            ++checked;
+        }
+    }
+    CHECK(checked >= 14);
+}
+
+TEST_CASE("the backward check rejects a vendor backward whose parameter gradient is off by 1e-3 in one element, unwritten or NaN", "[bench]") {
+    configure_threads();
+    configure_vendor_threads(bench_threads());
+    CaseSpec c;
+    c.layer = "layer_norm";
+    c.grad = true;
+    c.full_reference = true;
+    c.dtype = DType::F32;
+    c.sizes = {{"rows", 7}, {"d", 333}};
+    c.shape_label = "7x333";
+    KernelCase kc(registry(), c, 77);
+    REQUIRE(kc.error() == "");
+    std::string why;
+    for (const char *impl : {"onednn", "torch"}) {
+        INFO(impl);
+        REQUIRE(kc.check_baseline(*make_baseline(impl, kc.tensors(), &why)) == "");
+        for (Spoiled::Kind k : {Spoiled::Scale, Spoiled::Unwritten, Spoiled::Nan}) {
+            Spoiled s(make_baseline(impl, kc.tensors(), &why), kc.tensors(), k, "d_weight", 333);
+            CHECK(kc.check_baseline(s) != "");
+        }
     }
 }
