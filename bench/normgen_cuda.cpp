@@ -71,10 +71,15 @@ int cmd_verify(CudaDriver &drv, const Registry &reg, const std::string &dir, boo
             }
             return out;
         };
-        std::vector<VerifyShape> shapes = verify_shapes(*k->spec);
+        // A backward kernel: its inputs as `normgen verify --grad` draws them (the forward's inputs,
+        // the saved statistics the float64 forward computes, upstream gradients N(0, 1)), judged
+        // with the running error bound.
+        std::shared_ptr<const NormSpec> forward = k->grad_of.empty() ? nullptr : reg.spec(k->grad_of);
+        InputMaker make_inputs = forward ? backward_input_maker(*forward, *k->spec, storage) : InputMaker();
+        std::vector<VerifyShape> shapes = verify_shapes(forward ? *forward : *k->spec);
         for (size_t i = 0; i < shapes.size(); i += quick ? 4 : 1) {
             uint64_t s = seed + (passed + failed) * 7919;
-            CaseResult r = verify_case(*k->spec, storage, {fn}, shapes[i], s)[0];
+            CaseResult r = verify_case(*k->spec, storage, {fn}, shapes[i], s, make_inputs, forward != nullptr)[0];
             const OutputCheck *worst = nullptr;
             for (const OutputCheck &o : r.outputs)
                 if (!worst || o.max_err > worst->max_err || !o.problem.empty()) worst = &o;

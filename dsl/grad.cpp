@@ -114,7 +114,7 @@ public:
         if (c == 0) return lit(0);
         std::vector<int> f = fa;
         f.insert(f.end(), fb.begin(), fb.end());
-        std::sort(f.begin(), f.end());
+        sort_factors(f);
         return scaled(c, chain(f));
     }
     int div(int a, int b) {
@@ -125,7 +125,19 @@ public:
         // The numerator's coefficient moves out, so it meets the other coefficients of a product.
         auto [c, f] = product(a);
         if (f.empty() || !std::isfinite(c)) return raw_binary(BinaryOp::Div, a, b);
-        std::sort(f.begin(), f.end());
+        sort_factors(f);
+        // A divisor with fewer axes than the numerator divides only the factors that lack the
+        // numerator's widest axes: t1 * (rstd * g / n) instead of rstd * g * t1 / n, so a kernel
+        // divides once per row, not once per element.
+        const size_t wide = at(f.back()).axes.size();
+        std::vector<int> narrow, rest;
+        for (int x : f) (at(x).axes.size() < wide && set_minus(at(b).axes, at(x).axes).empty() ? narrow : rest).push_back(x);
+        if (!narrow.empty() && !rest.empty() && at(b).axes.size() < wide) {
+            std::vector<int> g = rest;
+            g.push_back(raw_binary(BinaryOp::Div, chain(narrow), b));
+            sort_factors(g);
+            return scaled(c, chain(g));
+        }
         return scaled(c, raw_binary(BinaryOp::Div, chain(f), b));
     }
     int binary(BinaryOp op, int a, int b) {
@@ -198,6 +210,14 @@ private:
         }
         return m;
     }
+    // The canonical order of a product's factors: fewer axes first (per-row factors multiply
+    // before per-element ones, so a kernel computes their product once per row), then by id.
+    void sort_factors(std::vector<int> &f) const {
+        std::sort(f.begin(), f.end(), [&](int a, int b) {
+            const size_t na = at(a).axes.size(), nb = at(b).axes.size();
+            return na != nb ? na < nb : a < b;
+        });
+    }
     // The product of factors (no literals), left to right; -1 for none.
     int chain(const std::vector<int> &f) {
         int r = -1;
@@ -230,7 +250,7 @@ private:
             return;
         }
         auto [c, f] = product(id);
-        std::sort(f.begin(), f.end());
+        sort_factors(f);
         out.push_back({sign * c, chain(f)});  // the same factors give the same chain node
     }
     int combine(int a, double sign_b, int b) {

@@ -149,12 +149,12 @@ void CudaDriver::launch(const Function &f, unsigned grid, unsigned block, std::v
     check(api_->cuLaunchKernel(f.function, grid, 1, 1, block, 1, 1, 0, nullptr, params.data(), nullptr), "cuLaunchKernel");
 }
 
-double CudaDriver::time_ms(const Function &f, unsigned grid, unsigned block, std::vector<void *> &params, int launches) {
+double CudaDriver::time_ms(const std::function<void()> &launch_all, int launches) {
     Handle start = nullptr, stop = nullptr;
     check(api_->cuEventCreate(&start, 0), "cuEventCreate");
     check(api_->cuEventCreate(&stop, 0), "cuEventCreate");
     check(api_->cuEventRecord(start, nullptr), "cuEventRecord");
-    for (int i = 0; i < launches; ++i) launch(f, grid, block, params);
+    for (int i = 0; i < launches; ++i) launch_all();
     check(api_->cuEventRecord(stop, nullptr), "cuEventRecord");
     check(api_->cuEventSynchronize(stop), "cuEventSynchronize");
     float ms = 0;
@@ -171,6 +171,7 @@ struct CudaKernelRunner::Launch {
     std::vector<int64_t> words;        // the parameter values (memref fields, extents)
     std::vector<void *> params;        // pointers into `words`
     unsigned grid = 1;
+    unsigned final_grid = 0;           // the two-kernel form: the final reduce's blocks
     CudaDriver *driver = nullptr;
     ~Launch() {
         for (uint64_t p : device) driver->free(p);
@@ -181,6 +182,7 @@ CudaKernelRunner::CudaKernelRunner(CudaDriver &driver, const Registry::Kernel &k
     : driver_(driver), kernel_(kernel) {
     if (kernel.device != Device::Cuda) throw std::logic_error("CudaKernelRunner: '" + kernel.function + "' is not a CUDA kernel");
     fn_ = driver.load(dir + "/" + kernel.cuda.image, kernel.cuda.entry);
+    if (!kernel.cuda.final_entry.empty()) final_fn_ = driver.load(dir + "/" + kernel.cuda.image, kernel.cuda.final_entry);
     block_ = (unsigned)kernel.cuda.block_threads;
     grid_axes_ = kernel.cuda.grid_axes;
     extent_axes_ = kernel.cuda.extent_axes;
@@ -209,8 +211,29 @@ void CudaKernelRunner::prepare(Launch &l, std::map<std::string, std::vector<uint
         else driver_.upload(p, t->second.data(), bytes);
         for (int64_t w : {(int64_t)p, (int64_t)p, (int64_t)0, n, (int64_t)1}) l.words.push_back(w);
     }
+    // The two-kernel form: one partial-sum buffer per column output, [blocks, its axes] in f32
+    // (the main kernel zeroes its own rows of it), after the memrefs; the block count last.
+    int64_t blocks = 0, widest = 1;
+    if (!kernel_.cuda.final_entry.empty()) {
+        blocks = std::min<int64_t>(extent(kernel_.cuda.row_axis), kernel_.cuda.column_blocks);
+        for (const auto &sc : kernel_.cuda.scratch) {
+            int64_t n = 1;
+            for (const std::string &d : sc.axes) n *= extent(d);
+            widest = std::max(widest, n);
+            const int64_t elems = std::max<int64_t>(1, blocks * n);
+            uint64_t p = driver_.alloc((size_t)elems * sizeof(float));
+            l.device.push_back(p);
+            for (int64_t w : {(int64_t)p, (int64_t)p, (int64_t)0, elems, (int64_t)1}) l.words.push_back(w);
+        }
+    }
     for (const std::string &ax : extent_axes_) l.words.push_back(extent(ax));
+    if (!kernel_.cuda.final_entry.empty()) {
+        l.words.push_back(blocks);
+        l.grid = (unsigned)blocks;
+        l.final_grid = (unsigned)((widest + block_ - 1) / block_);
+    }
     for (int64_t &w : l.words) l.params.push_back(&w);
+    if (!kernel_.cuda.final_entry.empty()) return;
     int64_t grid = 1;
     for (const std::string &ax : grid_axes_) grid *= extent(ax);
     if (grid > 0x7fffffff) throw UserError("kernel '" + kernel_.function + "': " + std::to_string(grid) + " blocks exceed the grid limit");
@@ -221,6 +244,7 @@ void CudaKernelRunner::run(std::map<std::string, std::vector<uint8_t>> &tensors,
     Launch l;
     prepare(l, tensors, extents);
     if (l.grid) driver_.launch(fn_, l.grid, block_, l.params);
+    if (l.final_grid) driver_.launch(final_fn_, l.final_grid, block_, l.params);
     driver_.synchronize();
     for (size_t i = 0; i < kernel_.args.size(); ++i)
         if (kernel_.args[i].role == KernelArg::Output) {
@@ -233,10 +257,14 @@ double CudaKernelRunner::time(std::map<std::string, std::vector<uint8_t>> &tenso
                               int launches) {
     Launch l;
     prepare(l, tensors, extents);
-    driver_.launch(fn_, l.grid, block_, l.params);  // warm-up
+    auto call = [&] {
+        if (l.grid) driver_.launch(fn_, l.grid, block_, l.params);
+        if (l.final_grid) driver_.launch(final_fn_, l.final_grid, block_, l.params);
+    };
+    call();  // warm-up
     driver_.synchronize();
     std::vector<double> t;
-    for (int r = 0; r < reps; ++r) t.push_back(driver_.time_ms(fn_, l.grid, block_, l.params, launches));
+    for (int r = 0; r < reps; ++r) t.push_back(driver_.time_ms(call, launches));
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
 }

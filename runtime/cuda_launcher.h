@@ -9,6 +9,7 @@
 #include "runtime/registry.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -46,8 +47,9 @@ public:
     void fill(uint64_t dst, uint8_t byte, size_t bytes);
     void launch(const Function &f, unsigned grid, unsigned block, std::vector<void *> &params);
     void synchronize();
-    // Milliseconds of `launches` back-to-back launches, timed with CUDA events.
-    double time_ms(const Function &f, unsigned grid, unsigned block, std::vector<void *> &params, int launches);
+    // Milliseconds of `launches` back-to-back calls of `launch_all` (one or more launches), timed
+    // with CUDA events.
+    double time_ms(const std::function<void()> &launch_all, int launches);
 
     // "CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)" for a driver result code.
     std::string error_text(int code) const;
@@ -61,7 +63,9 @@ private:
 // Runs one mlir-cuda kernel of the registry on host tensors (dense, the kernel's storage types,
 // as for run_kernel): uploads inputs and parameters, poisons the outputs on the device, launches
 // one block of block_threads per index of the grid axes, downloads the outputs. `dir` is the folder
-// of the manifest (where the cubins are).
+// of the manifest (where the cubins are). A two-kernel entry (Registry::Kernel::Cuda::final_entry:
+// a backward's parameter gradients) gets its partial-sum buffers allocated here and runs the main
+// kernel on min(rows, column_blocks) blocks, then the final reduce; a call is both launches.
 class CudaKernelRunner {
 public:
     CudaKernelRunner(CudaDriver &driver, const Registry::Kernel &kernel, const std::string &dir);
@@ -74,7 +78,7 @@ public:
 private:
     CudaDriver &driver_;
     const Registry::Kernel &kernel_;
-    CudaDriver::Function fn_;
+    CudaDriver::Function fn_, final_fn_;
     unsigned block_ = 256;
     std::vector<std::string> grid_axes_, extent_axes_;
     struct Launch;

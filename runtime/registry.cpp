@@ -323,6 +323,21 @@ Registry Registry::load(const std::string &path, const KernelEntry *table, size_
             k->cuda.block_threads = r.field(e, "block_threads").get<int>();
             k->cuda.grid_axes = r.strings(e, "grid_axes");
             k->cuda.extent_axes = r.strings(e, "extent_axes");
+            if (e.contains("final_entry")) {  // the two-kernel form
+                k->cuda.final_entry = r.str(e, "final_entry");
+                k->cuda.row_axis = r.str(e, "row_axis");
+                k->cuda.column_blocks = r.field(e, "column_blocks").get<int>();
+                if (k->cuda.column_blocks < 1) r.fail("column_blocks must be at least 1");
+                const json &sc = r.field(e, "scratch");
+                if (!sc.is_array()) r.fail("scratch must be an array");
+                for (const json &x : sc) {
+                    if (!x.is_object()) r.fail("every scratch entry must be an object");
+                    Kernel::Cuda::Scratch s;
+                    s.output = r.str(x, "output");
+                    s.axes = r.strings(x, "axes");
+                    k->cuda.scratch.push_back(s);
+                }
+            }
             if (e.contains("ptxas")) {
                 const json &p = e["ptxas"];
                 k->cuda.registers = p.value("registers", 0);

@@ -79,6 +79,17 @@ public:
             int block_threads = 256;
             std::vector<std::string> grid_axes, extent_axes;
             int registers = 0, spill_stores = 0, spill_loads = 0;  // ptxas -v
+            // The two-kernel form (column sums): `entry` runs on min(extent(row_axis),
+            // column_blocks) blocks writing per-block partials into one scratch buffer per
+            // `scratch` output ([blocks, its axes], f32), then `final_entry` reduces them; both take
+            // the memrefs, the scratch memrefs, the extents and the block count. "" when one kernel.
+            std::string final_entry, row_axis;
+            int column_blocks = 0;
+            struct Scratch {
+                std::string output;
+                std::vector<std::string> axes;
+            };
+            std::vector<Scratch> scratch;
         } cuda;
         std::string schedule;         // what the schedule did, in words (the manifest's "schedule_text")
         std::string schedule_record;  // the schedule record, JSON (the manifest's "schedule")

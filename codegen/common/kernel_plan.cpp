@@ -141,7 +141,8 @@ bool inner_pair_fusable(const NormSpec &spec, const std::vector<AxisId> &order, 
     return true;
 }
 
-void classify(const NormSpec &spec, KernelPlan &p, const std::vector<NodePtr> &reductions) {
+void classify(const NormSpec &spec, KernelPlan &p, const std::vector<NodePtr> &reductions, const AxisSet &reduced,
+              const std::set<int> &column_outputs = {}) {
     const std::vector<AxisId> &order = p.main_order;
     if (reductions.empty()) {
         p.layout = LayoutClass::Map;
@@ -151,7 +152,7 @@ void classify(const NormSpec &spec, KernelPlan &p, const std::vector<NodePtr> &r
     }
     size_t first_reduced = order.size();
     for (size_t i = 0; i < order.size(); ++i)
-        if (contains(p.reduced, order[i])) {
+        if (contains(reduced, order[i])) {
             first_reduced = i;
             break;
         }
@@ -162,17 +163,17 @@ void classify(const NormSpec &spec, KernelPlan &p, const std::vector<NodePtr> &r
         p.row_axes = 0;
     };
     for (size_t i = first_reduced; i < order.size(); ++i)
-        if (!contains(p.reduced, order[i]))
+        if (!contains(reduced, order[i]))
             return root("the reduced axes are not a trailing block of " + main + "'s memory order (" + names_of(spec, order) +
                         "): '" + spec.axes[order[i]].name + "' lies inside them; statistics first, then the map");
-    for (AxisId a : p.reduced)
+    for (AxisId a : reduced)
         if (!contains(order, a)) return root("a reduction runs over '" + spec.axes[a].name + "', which " + main + " does not have");
     for (const NodePtr &r : reductions)
         for (AxisId a : r->axes)
             if (std::find(order.begin(), order.begin() + first_reduced, a) == order.begin() + first_reduced)
                 return root("a statistic varies along '" + spec.axes[a].name + "', inside the reduced block of " + main);
     for (const PlanArg *o : p.outputs()) {
-        if (o->output == p.main_output || o->dims == spec.outputs[p.main_output].dims) continue;
+        if (o->output == p.main_output || o->dims == spec.outputs[p.main_output].dims || column_outputs.count(o->output)) continue;
         if (depends_on_reduction(spec, *spec.values[spec.outputs[o->output].value].expr))
             return root("output " + o->name + " needs the statistics but is not shaped like " + main);
     }
@@ -182,6 +183,33 @@ void classify(const NormSpec &spec, KernelPlan &p, const std::vector<NodePtr> &r
                       names_of(spec, std::vector<AxisId>(order.begin() + first_reduced, order.end())) + ") of " + main +
                       "'s memory order: statistics per row while the row is in cache";
     p.row_axes = first_reduced;
+}
+
+// The outputs that are a sum over exactly the main output's outermost axis (its rows), keeping only
+// axes of the row block: d_weight = sum(rstd * (x - mu) * d_y, over: rows). With them set aside, the
+// rest of the kernel may still be a row layout; then they are summed as per-block partials in the
+// row sweep. The sum must read no reduction over the rows (nothing per block would be final).
+std::set<int> column_sum_outputs(const NormSpec &spec, const KernelPlan &p) {
+    std::set<int> out;
+    if (p.main_order.size() < 2) return out;
+    const AxisId row = p.main_order[0];
+    for (const PlanArg *o : p.outputs()) {
+        if (o->output == p.main_output) continue;
+        const Node &e = *spec.values[spec.outputs[o->output].value].expr;
+        // A total sum over a rows x d map (DyT's d_alpha) counts too: per block, partial sums
+        // per row and lane.
+        AxisSet all(p.main_order.begin(), p.main_order.end());
+        std::sort(all.begin(), all.end());
+        const bool total = p.main_order.size() == 2 && e.axes.empty() && e.over == all;
+        if (e.kind != Node::Reduce || e.reduce != ReduceOp::Sum || (!total && (e.over != AxisSet{row} || e.axes.empty()))) continue;
+        bool inner = true;
+        for (AxisId a : e.axes) inner = inner && contains(p.main_order, a) && a != row;
+        std::set<const Node *> inside;
+        collect_reductions(spec, *e.args[0], inside);
+        for (const Node *r : inside) inner = inner && !contains(r->over, row);
+        if (inner) out.insert(o->output);
+    }
+    return out;
 }
 
 }  // namespace
@@ -248,7 +276,46 @@ KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant) {
     p.main_order = spec.memory_atoms(spec.outputs[p.main_output].dims);
     for (const PlanArg *o : p.outputs())
         if (o->output != p.main_output && o->dims == spec.outputs[p.main_output].dims) p.same_shape.push_back(o->output);
-    classify(spec, p, reductions);
+    classify(spec, p, reductions, p.reduced);
+    // Parameter gradients summed over the rows: set them aside and see whether the rest is a row
+    // layout over that one row axis.
+    if (p.layout == LayoutClass::Root) {
+        const std::set<int> columns = column_sum_outputs(spec, p);
+        if (!columns.empty()) {
+            std::vector<NodePtr> rest;
+            AxisSet rest_reduced;
+            for (const NodePtr &n : reductions) {
+                bool column = false;
+                for (int o : columns) column = column || spec.values[spec.outputs[o].value].expr.get() == n.get();
+                if (column) continue;
+                rest.push_back(n);
+                rest_reduced.insert(rest_reduced.end(), n->over.begin(), n->over.end());
+            }
+            std::sort(rest_reduced.begin(), rest_reduced.end());
+            rest_reduced.erase(std::unique(rest_reduced.begin(), rest_reduced.end()), rest_reduced.end());
+            KernelPlan trial = p;
+            if (!rest.empty()) {
+                classify(spec, trial, rest, rest_reduced, columns);
+            } else if (p.main_order.size() >= 2) {
+                // Nothing but the column sums: a map over rows (DyT's backward).
+                bool shaped = true;
+                for (const PlanArg *o : p.outputs())
+                    shaped = shaped && (o->output == p.main_output || o->dims == spec.outputs[p.main_output].dims || columns.count(o->output));
+                trial.layout = shaped ? LayoutClass::Row : LayoutClass::Root;
+                trial.row_axes = 1;
+                trial.layout_reason = "no statistic but the sums over '" + spec.axes[p.main_order[0]].name + "': a map over the rows";
+            }
+            if (trial.layout == LayoutClass::Row && trial.row_axes == 1) {
+                std::string names;
+                for (int o : columns) names += (names.empty() ? "" : ", ") + spec.outputs[o].name;
+                p.layout = LayoutClass::Row;
+                p.row_axes = 1;
+                p.column_sums.assign(columns.begin(), columns.end());
+                p.layout_reason = trial.layout_reason + "; " + names + " sum over '" + spec.axes[p.main_order[0]].name +
+                                  "': per-block partial sums in the same sweep, then a final reduce over the blocks";
+            }
+        }
+    }
     p.inner_pair_fusable = inner_pair_fusable(spec, p.main_order, reductions);
 
     for (size_t a = 0; a < spec.axes.size(); ++a) {
@@ -259,8 +326,22 @@ KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant) {
     }
 
     // CUDA: a block per index of the axes no reduction reduces; without reductions, a block per
-    // row of the first output's innermost axis. Every statistic must be per block.
-    if (reductions.empty()) {
+    // row of the first output's innermost axis. Every statistic must be per block. With column
+    // sums, the two-kernel form: a block per block of rows (each row's statistics per block as
+    // usual, the column sums as per-block partial sums), then a final reduce over the blocks.
+    auto is_column = [&](const NodePtr &n) {
+        for (int o : p.column_sums)
+            if (spec.values[spec.outputs[o].value].expr.get() == n.get()) return true;
+        return false;
+    };
+    if (!p.column_sums.empty()) {
+        p.cuda_block_axes = {p.main_order[0]};
+        for (const NodePtr &n : reductions)
+            for (AxisId a : n->axes)
+                if (!is_column(n) && p.cuda_refusal.empty() && a != p.main_order[0])
+                    p.cuda_refusal = spec.file + ":" + std::to_string(n->loc.line) + ":" + std::to_string(n->loc.col) +
+                                     ": mlir-cuda: this reduction keeps axis '" + spec.axes[a].name + "' beside the rows of the column sums";
+    } else if (reductions.empty()) {
         std::vector<AxisId> atoms = spec.memory_atoms(spec.outputs.at(0).dims);
         if (!atoms.empty()) atoms.pop_back();
         std::sort(atoms.begin(), atoms.end());
@@ -286,9 +367,11 @@ KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant) {
                                      "(over axes no stage reduces)";
     }
 
-    PlanKernel k{"main", {}};
-    for (const PlanArg *o : p.outputs()) k.outputs.push_back(o->name);
+    PlanKernel k{"main", {}}, fin{"final", {}};
+    for (const PlanArg *o : p.outputs())
+        (std::count(p.column_sums.begin(), p.column_sums.end(), o->output) ? fin : k).outputs.push_back(o->name);
     p.kernels.push_back(k);
+    if (!fin.outputs.empty()) p.kernels.push_back(fin);  // on CUDA a second kernel; on the CPU one pipeline
     return p;
 }
 
@@ -315,6 +398,9 @@ json plan_json(const NormSpec &spec, const KernelPlan &p) {
     j["layout"] = layout_name(p.layout);
     j["layout_reason"] = p.layout_reason;
     j["row_axes"] = axis_names_json(spec, std::vector<AxisId>(p.main_order.begin(), p.main_order.begin() + p.row_axes));
+    json columns = json::array();
+    for (int o : p.column_sums) columns.push_back(spec.outputs[o].name);
+    j["column_sums"] = columns;
     j["inner_pair_fusable"] = p.inner_pair_fusable;
     j["split_axes"] = axis_names_json(spec, p.split_axes);
     if (p.cuda_refusal.empty()) j["cuda"] = {{"block_axes", axis_names_json(spec, p.cuda_block_axes)}};
@@ -345,9 +431,16 @@ std::string plan_text(const NormSpec &spec, const KernelPlan &p) {
     os << "  main output: " << spec.outputs[p.main_output].name << " [" << names_of(spec, p.main_order) << "]\n";
     os << "  layout: " << layout_name(p.layout) << " (" << p.layout_reason << ")\n";
     if (p.row_axes) os << "  rows: [" << names_of(spec, std::vector<AxisId>(p.main_order.begin(), p.main_order.begin() + p.row_axes)) << "]\n";
+    if (!p.column_sums.empty()) {
+        os << "  column sums (per-block partials, then a final reduce):";
+        for (size_t i = 0; i < p.column_sums.size(); ++i) os << (i ? ", " : " ") << spec.outputs[p.column_sums[i]].name;
+        os << "\n";
+    }
     os << "  inner pair fusable: " << (p.inner_pair_fusable ? "yes" : "no") << "\n";
     os << "  split axes: [" << names_of(spec, p.split_axes) << "]\n";
-    if (p.cuda_refusal.empty()) os << "  cuda: a block per [" << names_of(spec, p.cuda_block_axes) << "]\n";
+    if (p.cuda_refusal.empty() && !p.column_sums.empty())
+        os << "  cuda: a block per block of [" << names_of(spec, p.cuda_block_axes) << "], partial column sums, then a final reduce\n";
+    else if (p.cuda_refusal.empty()) os << "  cuda: a block per [" << names_of(spec, p.cuda_block_axes) << "]\n";
     else os << "  cuda: refused: " << p.cuda_refusal << "\n";
     os << "  kernels:";
     for (const PlanKernel &k : p.kernels) {

@@ -12,7 +12,7 @@
 //               memory order: statistics per row while the row is in cache) or root (some reduction
 //               strides across the outer loop: statistics first, then the map), and why
 //   split axes  the axes no reduction reduces and every output has: the work may be cut along them
-//   kernels     the kernels the plan needs, in launch order (today one: the whole layer)
+//   kernels     the kernels the plan needs, in launch order (main; with column sums also final)
 #pragma once
 
 #include "dsl/norm_spec.h"
@@ -74,10 +74,11 @@ struct PlanStage {
     std::vector<NodePtr> reductions;  // those the kernel computes (reached from its outputs)
 };
 
-// One kernel of a plan. Every plan has one today ("main": the whole layer); a plan whose
-// statistics span blocks (parameter gradients) will add per-block partial sums and a final reduce.
+// One kernel of a plan: "main" (the whole layer, or with column sums everything but them, plus
+// their per-block partial sums) and, with column sums, "final" (the reduce of the partials). On the
+// CPU a plan's kernels are one pipeline; on CUDA each is a launch.
 struct PlanKernel {
-    std::string role;                  // "main"
+    std::string role;                  // "main", "final"
     std::vector<std::string> outputs;  // the outputs it writes
 };
 
@@ -98,6 +99,11 @@ struct KernelPlan {
     // Row layout: the leading axes of main_order that index rows (the reduced block follows);
     // map layout: all but the innermost; root layout: 0.
     size_t row_axes = 0;
+    // Row layout: outputs (indices into NormSpec::outputs) that are a sum over the row axis itself,
+    // keeping the row's own axes: a backward's parameter gradients (d_weight = sum(..., over: rows)).
+    // They are summed in the same sweep as the rows, as per-block partial sums (one block of rows a
+    // task), then a final reduce over the blocks; the plan's kernels say so.
+    std::vector<int> column_sums;
     // The two innermost axes of main_order travel together in every tensor and no statistic varies
     // along them (BatchNorm's (h, w)): a map may run them as one contiguous loop.
     bool inner_pair_fusable = false;

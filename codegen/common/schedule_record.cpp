@@ -38,6 +38,9 @@ const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k) {
         {"welford_block", 64, 1, 4096, false, false, "serial Welford steps per lane before a pairwise merge"},
         {"min_task_elements", 16384, 1, int64_t(1) << 30, false, false, "rows are grouped so each parallel task touches at least this many elements"},
         {"row_in_cache", 1, 0, 1, true, false, "allow the row schedule (false: statistics first for every layer)"},
+        {"column_block_elements", 262144, 1, int64_t(1) << 30, false, false,
+         "elements of one block of rows when sums over the rows (parameter gradients) are per-block partials: the block's "
+         "sweeps after the first hit the cache"},
         {"fuse_inner_pair", 1, 0, 1, true, false, "run the two innermost axes as one loop when the plan allows it (BatchNorm's h, w)"},
     };
     static const std::vector<KnobSpec> mlir_cpu{
@@ -48,6 +51,8 @@ const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k) {
     };
     static const std::vector<KnobSpec> mlir_cuda{
         {"block_threads", 256, 32, 1024, false, true, "threads per block (one block per index of the plan's block axes)"},
+        {"column_blocks", 264, 1, 65536, false, false,
+         "the most blocks of rows when sums over the rows are per-block partials (the two-kernel form; 2 per SM of an H200)"},
     };
     switch (k) {
     case ScheduleKind::HalideCpu: return halide;

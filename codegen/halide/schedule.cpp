@@ -26,6 +26,15 @@ bool read_by_reduction(const NormSpec &spec, int v) {
     return false;
 }
 
+// Does expression `n` read reduction `target` (through named values and other reductions)?
+bool reaches(const NormSpec &spec, const Node &n, const Node *target) {
+    if (&n == target) return true;
+    if (n.kind == Node::Value) return reaches(spec, *spec.values[n.index].expr, target);
+    for (const auto &a : n.args)
+        if (reaches(spec, *a, target)) return true;
+    return false;
+}
+
 // All Funcs that make up one reduction (result, helpers, the Funcs with RDom updates).
 std::vector<Func> funcs_of(const ReductionFuncs &rf) {
     std::vector<Func> fs{rf.result};
@@ -53,7 +62,8 @@ bool is_lane_func(const ReductionFuncs &rf, const Func &f) {
 // block, the other RVars) sums one block per lane; then one level per remaining dimension (blocks,
 // then each outer RVar), vectorized over the lanes, so no serial chain of partial sums is long;
 // the last step adds the lanes. Intermediates are computed at `at`.
-void blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, int block_vectors, const LoopLevel &at) {
+// Returns the first rfactor intermediate: the Func whose update is the sweep over the data.
+Func blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, int block_vectors, const LoopLevel &at) {
     RVar ro("ro"), ri("ri"), rob("rob"), rib("rib");
     Var lanes("lanes"), block("block");
     f.update().split(rv[0], ro, ri, vw, TailStrategy::GuardWithIf).split(ro, rob, rib, block_vectors, TailStrategy::GuardWithIf);
@@ -61,10 +71,18 @@ void blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, int block_vect
     for (size_t k = 1; k < rv.size(); ++k) keep.push_back({rv[k], Var("k" + std::to_string(k))});
     auto vectorized = [&](Func t, const Var &l) {
         t.compute_at(at);
+        // The lanes innermost in storage: rfactor puts the reduction's own pure dimensions first,
+        // and when those span several rows (the statistics of a block of rows computed at once)
+        // the lane accumulators would otherwise be a strided gather / scatter.
+        std::vector<Var> dims{l};
+        for (const Var &v : t.args())
+            if (v.name() != l.name()) dims.push_back(v);
+        if (dims.size() > 1) t.reorder_storage(dims);
         t.vectorize(l);
         t.update().vectorize(l);
     };
-    vectorized(f.update().rfactor(keep), lanes);
+    Func sweep = f.update().rfactor(keep);
+    vectorized(sweep, lanes);
     // Then one level per remaining dimension (blocks, then each outer reduced axis), vectorized
     // over the lanes, so no serial chain of partial sums is long; the last step adds the lanes.
     std::vector<RVar> rest{rob};
@@ -75,6 +93,7 @@ void blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, int block_vect
         for (size_t k = level + 1; k < rest.size(); ++k) pres.push_back({rest[k], Var("m" + std::to_string(k))});
         vectorized(f.update().rfactor(pres), l);
     }
+    return sweep;
 }
 
 // Vectorizes one reduction update along the contiguous axis `inner`.
@@ -83,7 +102,9 @@ void blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, int block_vect
 //     sums the blocks per lane, vectorized; the last step adds the lanes.
 //   - `inner` is a pure axis of the reduction: make it the innermost loop and vectorize it.
 // Intermediates are computed at `at`.
-void vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const LoweredPipeline &p, AxisId inner, int vw,
+// Returns the sweep Func of a blocked sum over the innermost axis (blocked_rfactor), else an
+// undefined Func.
+Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const LoweredPipeline &p, AxisId inner, int vw,
                       const CpuSchedule &s, const LoopLevel &at, AxisId next_outer = -1) {
     Func f = u.func;
     // The innermost reduced axis is contiguous, the axis just outside it in memory is one the
@@ -120,7 +141,7 @@ void vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
             std::vector<RVar> rest{RVar(u.rdom[0].name())};
             if (nr >= 3) rest.push_back(RVar(u.rdom[nr - 1].name()));
             blocked_rfactor(f, rest, vw, s.sum_block, at);
-            return;
+            return Func();
         }
     }
     if (!u.associative) {
@@ -131,13 +152,13 @@ void vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
                 h.vectorize(lane, std::min(vw, s.welford_lanes));
                 h.update().vectorize(lane, std::min(vw, s.welford_lanes));
             }
-        return;
+        return Func();
     }
     if (!u.rdom_axes.empty() && u.rdom_axes[0] == inner) {
         std::vector<RVar> rv;
         for (int k = 0; k < u.rdom.dimensions(); ++k) rv.push_back(RVar(u.rdom[k].name()));
-        blocked_rfactor(f, rv, vw, s.sum_block, at);
-        return;
+        Func sweep = blocked_rfactor(f, rv, vw, s.sum_block, at);
+        return rv.size() == 1 ? sweep : Func();
     }
     for (const Var &v : f.args())
         if (v.name() == p.vars[inner].name()) {
@@ -145,8 +166,9 @@ void vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
             for (int k = 0; k < u.rdom.dimensions(); ++k) order.push_back(u.rdom[k]);
             f.update().reorder(order);
             f.update().vectorize(v, vw, TailStrategy::GuardWithIf);
-            return;
+            return Func();
         }
+    return Func();
 }
 
 }  // namespace
@@ -161,6 +183,7 @@ CpuSchedule CpuSchedule::from(const ScheduleRecord &r) {
     s.welford_block = (int)r.get("welford_block");
     s.min_task_elements = (int)r.get("min_task_elements");
     s.row_in_cache = r.flag("row_in_cache");
+    s.column_block_elements = (int)r.get("column_block_elements");
     s.fuse_inner_pair = r.flag("fuse_inner_pair");
     return s;
 }
@@ -198,12 +221,25 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
         return vfused;
     };
 
+    // The sums over the rows themselves (a backward's parameter gradients, plan.column_sums).
+    auto is_column = [&](const ReductionFuncs &rf) {
+        for (int o : plan.column_sums)
+            if (spec.values[spec.outputs[o].value].expr.get() == rf.node) return true;
+        return false;
+    };
+    const bool columns = row && !plan.column_sums.empty();
+
     if (p.reductions.empty() || row) {
         // Rows = the axes outside the reduced block (all but the innermost for a pure map).
         size_t nrow = p.reductions.empty() ? order.size() - (fuse_pair ? 2 : 1) : first_reduced;
         Expr row_elems = 1;
         for (size_t i = nrow; i < order.size(); ++i) row_elems = row_elems * p.extent[order[i]];
         Var r("row"), ro("row_task"), ri("row_in");
+        // With sums over the rows, a task is one block of rows sized for the cache
+        // (column_block_elements): its statistics, its map and its partial sums are three sweeps
+        // over the block, the last two from cache.
+        Expr task = max(1, s.min_task_elements / max(row_elems, 1));
+        if (columns) task = max(task, s.column_block_elements / max(row_elems, 1));
         auto shape_loops = [&](Func f) {
             if (nrow == 0) return;
             std::vector<VarOrRVar> outer;
@@ -220,7 +256,6 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
                 fused = acc;
             }
             f.rename(fused, r);
-            Expr task = max(1, s.min_task_elements / max(row_elems, 1));
             f.split(r, ro, ri, task, TailStrategy::GuardWithIf).parallel(ro);
         };
         shape_loops(y);
@@ -231,11 +266,95 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
             f.vectorize(vi, vw, TailStrategy::GuardWithIf);
             if (nrow > 0) f.compute_with(y, ri);
         }
+        // Independent sums over the same contiguous axis (a backward's two row sums) and the
+        // partial sums over the rows: each set fused into one sweep (compute_with).
+        std::vector<std::pair<const Node *, Func>> row_sweeps;
+        Func column_group;
         for (ReductionFuncs &rf : p.reductions) {
-            // Every Func of the reduction at the same level: per row, inside the row loop.
+            if (is_column(rf)) {
+                // A sum over the rows: per block of rows (one task of y's row loop) a partial sum
+                // intm(kept axes, block), in the same block loop as y (compute_with at the block:
+                // Halide fuses a pure row loop with no reduction loop, so the partial sums are a
+                // second sweep over the block, from cache), vectorized along the kept innermost
+                // axis; then the final reduce adds the blocks, in blocks of 32.
+                NORMGEN_ASSERT(nrow == 1 && rf.updates.size() == 1 && rf.updates[0].rdom_axes.back() == order[0],
+                               "a column sum reduces the one row axis");
+                Func f = rf.updates[0].func;
+                if (rf.updates[0].rdom.dimensions() == 2) {
+                    // A total sum over rows x d (DyT's d_alpha): partial sums per row, lane and
+                    // block of sum_block vectors, in the same row loop as y (the rows are pure
+                    // dimensions of the partials, so Halide fuses the loops at the row: one sweep);
+                    // then per block of rows (vectorized over the lanes), then the blocks.
+                    NORMGEN_ASSERT(rf.updates[0].rdom_axes[0] == inner && f.dimensions() == 0, "a total column sum is over rows x d");
+                    RVar rd(rf.updates[0].rdom[0].name()), rr(rf.updates[0].rdom[1].name());
+                    RVar rdo("rd_o"), rdi("rd_i"), rdb("rd_blk"), rdv("rd_vec"), rbo("row_block"), rbi("row_in_block");
+                    Var lane("lane"), dblk("d_block");
+                    f.update()
+                        .split(rd, rdo, rdi, vw, TailStrategy::GuardWithIf)
+                        .split(rdo, rdb, rdv, s.sum_block, TailStrategy::GuardWithIf)
+                        .split(rr, rbo, rbi, task, TailStrategy::GuardWithIf);
+                    Func rows_part = f.update().rfactor({{rdi, lane}, {rdb, dblk}, {rbi, ri}, {rbo, ro}});
+                    rows_part.compute_root().reorder_storage(lane, dblk, ri, ro).vectorize(lane);
+                    rows_part.update().reorder(lane, rdv, dblk, ri, ro).vectorize(lane).parallel(ro);
+                    rows_part.update().compute_with(y, ri);
+                    // rows_part(lane, dblk, ri, ro) -> per (lane, block of rows), vectorized over lanes.
+                    Func blocks_part = f.update().rfactor({{rdi, lane}, {rbo, ro}});
+                    blocks_part.compute_root().vectorize(lane);
+                    blocks_part.update().reorder(lane, rdb, rbi, ro).vectorize(lane).parallel(ro);
+                    for (Func g : funcs_of(rf)) g.compute_root();
+                    continue;
+                }
+                RVar rr(rf.updates[0].rdom[0].name()), rbo("row_block"), rbi("row_in_block");
+                f.update().split(rr, rbo, rbi, task, TailStrategy::GuardWithIf);
+                const std::vector<Var> kept = f.args();
+                Func intm = f.update().rfactor(rbo, ro);
+                intm.compute_root().vectorize(vi, vw, TailStrategy::GuardWithIf);
+                std::vector<VarOrRVar> ord(kept.begin(), kept.end());
+                ord.push_back(rbi);
+                ord.push_back(ro);
+                intm.update().reorder(ord).parallel(ro).vectorize(vi, vw, TailStrategy::GuardWithIf);
+                // Fused with the other column sums' sweeps that read no statistics (one pass over
+                // the block for all of them); one that reads statistics makes its own pass (Halide
+                // cannot bound a statistic read inside another stage's fused loop).
+                const bool reads_stats = depends_on_reduction(spec, *rf.node->args[0]);
+                if (reads_stats || !column_group.defined()) intm.update().compute_with(y, ro);
+                else intm.update().compute_with(column_group.update(), vi);
+                if (!reads_stats && !column_group.defined()) column_group = intm;
+                for (Func g : funcs_of(rf)) g.compute_root();
+                RVar rbg("row_block_group"), rbb("row_block_in_group");
+                Var grp("block_group");
+                f.update().split(rbo, rbg, rbb, 32, TailStrategy::GuardWithIf);
+                Func groups = f.update().rfactor(rbg, grp);
+                groups.compute_root().vectorize(vi, vw, TailStrategy::GuardWithIf);
+                std::vector<VarOrRVar> gord(kept.begin(), kept.end());
+                gord.push_back(rbb);
+                gord.push_back(grp);
+                groups.update().reorder(gord).vectorize(vi, vw, TailStrategy::GuardWithIf);
+                std::vector<VarOrRVar> ford(kept.begin(), kept.end());
+                ford.push_back(rbg);
+                f.update().reorder(ford).vectorize(vi, vw, TailStrategy::GuardWithIf);
+                f.vectorize(vi, vw, TailStrategy::GuardWithIf);
+                continue;
+            }
+            // Every Func of the reduction at the same level: per row, inside the row loop (with
+            // column sums: per block, so the partial sums may read them too).
+            const LoopLevel stats_at = nrow > 0 ? LoopLevel(y, columns ? ro : ri) : LoopLevel::root();
             for (Func f : funcs_of(rf)) {
-                if (nrow > 0) f.compute_at(y, ri);
+                if (nrow > 0) f.compute_at(y, columns ? ro : ri);
                 else f.compute_root();
+            }
+            // A plain sum over one contiguous axis: its sweep is placed with the statistics, so
+            // independent sums over the same axis share one sweep (below).
+            if (rf.node && rf.node->reduce == ReduceOp::Sum && rf.updates.size() == 1 && rf.updates[0].rdom.dimensions() == 1 &&
+                rf.updates[0].rdom_axes[0] == inner) {
+                Func sweep = vectorize_update(rf, rf.updates[0], p, inner, s.row_accumulators * vw, s, stats_at);
+                if (sweep.defined()) {
+                    bool independent = true;
+                    for (const auto &[node, f] : row_sweeps)
+                        independent = independent && !reaches(spec, *rf.node->args[0], node) && !reaches(spec, *node->args[0], rf.node);
+                    if (independent) row_sweeps.push_back({rf.node, sweep});
+                }
+                continue;
             }
             // Over one long contiguous axis (LayerNorm's d): row_accumulators vectors of lanes per
             // reduction, as many independent add chains, so a row's sum is not bound by the latency
@@ -246,11 +365,12 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
                 vectorize_update(rf, u, p, inner, u.rdom.dimensions() == 1 ? s.row_accumulators * vw : vw, s,
                                  LoopLevel(u.func, Var::outermost()));
         }
+        for (size_t k = 1; k < row_sweeps.size(); ++k) row_sweeps[k].second.update().compute_with(row_sweeps[0].second.update(), RVar("rib"));
         // A full-size value that both a reduction and the map read (DeepNorm's h = alpha * x + f,
         // the fused residual sum) is computed once per row and kept in cache: cheaper than computing
         // it twice, and the statistics then describe exactly the values that are normalized (two
         // inlined copies may round differently once LLVM contracts one of them into an FMA).
-        if (nrow > 0) {
+        if (nrow > 0 && !columns) {
             AxisSet main_axes = spec.outputs[p.output_index[main]].axes;
             for (size_t i = 0; i < spec.values.size(); ++i)
                 if (spec.values[i].expr->kind != Node::Reduce && spec.values[i].expr->axes == main_axes && read_by_reduction(spec, (int)i))
@@ -259,6 +379,8 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
         desc << (p.reductions.empty() ? "map" : "row") << " schedule: " << (nrow ? "rows parallel (>= " : "") ;
         if (nrow) desc << s.min_task_elements << " elements a task), ";
         desc << "statistics per row in cache, vectorize " << spec.axes[inner].name << " x" << vw;
+        if (columns) desc << "; sums over " << spec.axes[order[0]].name << " as partials per block of rows (>= " << s.column_block_elements
+                          << " elements) in the same block loop, then a final reduce";
     } else {
         // Root schedule: statistics first, parallel over their outermost independent axis.
         for (ReductionFuncs &rf : p.reductions) {

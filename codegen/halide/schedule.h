@@ -46,6 +46,7 @@ struct CpuSchedule {
     int welford_block = 64;
     int min_task_elements = 16384;  // rows are grouped so each parallel task touches at least this many
     bool row_in_cache = true;       // row schedule allowed (false forces the root schedule)
+    int column_block_elements = 262144;  // elements of a block of rows with sums over the rows (per-block partials)
     bool fuse_inner_pair = true;    // fuse the two innermost axes of a map when the plan allows it
     static CpuSchedule from(const ScheduleRecord &r);
 };

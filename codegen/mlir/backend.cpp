@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <iostream>
 #include <sstream>
 #include <sys/wait.h>
 
@@ -214,7 +215,12 @@ json compile_kernels(const NormSpec &spec, const AotRequest &req) {
                 e["split"] = {{"axes", axis_names_json(spec, split.axes)}, {"dims", split.dims}};
                 entries.push_back(e);
             }
-            if (req.cuda) {
+            if (req.cuda && !req.grad_of.empty() && !plan.cuda_refusal.empty()) {
+                // A backward the CUDA plan cannot take yet (GroupNorm's per-channel statistics inside
+                // a group): the CPU kernels only, said once per declaration.
+                if (dtype == req.dtypes.front() && variant == Variant::Core)
+                    std::cerr << "normgen-mlir: " << spec.name << ": no mlir-cuda kernel: " << plan.cuda_refusal << "\n";
+            } else if (req.cuda) {
                 ScheduleRecord record = choose_schedule(plan, ScheduleKind::MlirCuda, Isa::Sm90, req.cuda_schedule_overrides);
                 CudaPlan cplan = cuda_plan(spec, plan, record);
                 std::string fn = kernel_function_name(spec.name, dtype, Backend::Mlir, Isa::Sm90, variant);
@@ -238,6 +244,11 @@ json compile_kernels(const NormSpec &spec, const AotRequest &req) {
                 info.grad_of = req.grad_of;
                 info.schedule_text = "one block of " + std::to_string(cplan.block_threads) + " threads per " + spec.axes_text(cplan.block_axes) +
                                      "; per-thread partials + gpu.all_reduce";
+                if (!cplan.column_outputs.empty())
+                    info.schedule_text = "two kernels: one block of " + std::to_string(cplan.block_threads) + " threads per block of '" +
+                                         spec.axes[cplan.row_axis].name + "' (at most " + std::to_string(cplan.column_blocks) +
+                                         " blocks; per-row statistics by gpu.all_reduce, per-block partial sums of the column outputs), "
+                                         "then a final reduce over the blocks";
                 info.library = fn + ".cubin";
                 json e = manifest_entry(spec, plan, info);
                 e["ptx"] = fn + ".ptx";
@@ -246,6 +257,19 @@ json compile_kernels(const NormSpec &spec, const AotRequest &req) {
                 e["block_threads"] = cplan.block_threads;
                 e["grid_axes"] = axis_names_json(spec, cplan.block_axes);
                 e["extent_axes"] = axis_names_json(spec, cplan.extent_axes);
+                if (!cplan.column_outputs.empty()) {
+                    // The two-kernel form (lower.h CudaPlan): the launcher allocates the partials,
+                    // runs `entry` on min(rows, column_blocks) blocks, then `final_entry`.
+                    e["final_entry"] = fn + "_final";
+                    e["row_axis"] = spec.axes[cplan.row_axis].name;
+                    e["column_blocks"] = cplan.column_blocks;
+                    json scratch = json::array();
+                    for (int o : cplan.column_outputs) {
+                        std::vector<AxisId> kept = spec.memory_atoms(spec.outputs[o].dims);
+                        scratch.push_back({{"output", spec.outputs[o].name}, {"axes", axis_names_json(spec, kept)}});
+                    }
+                    e["scratch"] = scratch;
+                }
                 e["ptxas"] = ptxas_stats(log);
                 entries.push_back(e);
             }

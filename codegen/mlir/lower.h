@@ -43,6 +43,15 @@ struct CudaPlan {
     std::vector<AxisId> block_axes;  // ascending; the grid is their product (one dimension, x)
     std::vector<AxisId> extent_axes; // the atomic axes whose extents follow the memrefs, ascending
     int block_threads = 256;
+    // The two-kernel form (KernelPlan::column_sums): the main kernel runs one block per block of
+    // rows (at most column_blocks blocks; each row's statistics per block as usual) and adds each
+    // column output's terms into its per-block partial sums, a scratch buffer [blocks, kept axes]
+    // in the accumulation type; the final kernel (<function>_final) adds the blocks. Both take the
+    // same arguments: the memrefs, one scratch memref per column output (in column_outputs
+    // order), the extents, then the block count.
+    std::vector<int> column_outputs;  // indices into NormSpec::outputs
+    AxisId row_axis = -1;
+    int column_blocks = 264;
 };
 // Throws UserError (file:line:col, from the plan) when the CUDA lowering cannot take the plan.
 CudaPlan cuda_plan(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule);

@@ -18,6 +18,9 @@ namespace {
 
 class CudaLowerer {
 public:
+    using Env = std::map<AxisId, Value>;
+    using Step = std::function<SmallVector<Value>(OpBuilder &, Location, const Env &, ValueRange)>;
+
     CudaLowerer(MLIRContext &ctx, const NormSpec &spec, const KernelPlan &kplan, const CudaPlan &plan)
         : ctx_(ctx), spec_(spec), types_(kplan.types), full_(kplan.variant == Variant::Full), plan_(plan), b_(&ctx), loc_(NameLoc::get(StringAttr::get(&ctx, spec.name))),
           acc_(element_type(ctx, spec.accumulate)),
@@ -30,72 +33,220 @@ public:
         auto gm = gpu::GPUModuleOp::create(b_, loc_, "normgen_cuda");
         b_.setInsertionPointToStart(gm.getBody());
 
-        std::vector<Type> types;
-        std::vector<std::pair<std::string, std::vector<AxisId>>> args;  // name, atoms
         for (const TensorInfo &t : spec_.tensors) {
-            args.push_back({t.name, spec_.memory_atoms(t.dims)});
-            types.push_back(MemRefType::get({ShapedType::kDynamic}, element_type(ctx_, types_.storage.at(t.name))));
+            args_.push_back({t.name, spec_.memory_atoms(t.dims)});
+            types_in_.push_back(MemRefType::get({ShapedType::kDynamic}, element_type(ctx_, types_.storage.at(t.name))));
         }
         for (const OutputInfo &o : spec_.outputs) {
             if (o.optional && !full_) continue;
             outs_.push_back(&o);
-            args.push_back({o.name, spec_.memory_atoms(o.dims)});
-            types.push_back(MemRefType::get({ShapedType::kDynamic}, element_type(ctx_, types_.storage.at(o.name))));
+            args_.push_back({o.name, spec_.memory_atoms(o.dims)});
+            types_in_.push_back(MemRefType::get({ShapedType::kDynamic}, element_type(ctx_, types_.storage.at(o.name))));
         }
-        for (size_t i = 0; i < plan_.extent_axes.size(); ++i) types.push_back(b_.getIndexType());
+        for (size_t k = 0; k < plan_.column_outputs.size(); ++k) types_in_.push_back(MemRefType::get({ShapedType::kDynamic}, acc_));
+        for (size_t i = 0; i < plan_.extent_axes.size(); ++i) types_in_.push_back(b_.getIndexType());
+        if (columns()) types_in_.push_back(b_.getIndexType());  // the block count
+
+        if (!columns()) {
+            Env env;
+            begin(function, env);
+            for (size_t k = 0; k < outs_.size(); ++k) store_output(k, env, plan_.block_axes);
+            gpu::ReturnOp::create(b_, loc_);
+        } else {
+            build_main(function);
+            b_.setInsertionPointToEnd(gm.getBody());
+            build_final(function + "_final");
+        }
+        return module;
+    }
+
+private:
+    bool columns() const { return !plan_.column_outputs.empty(); }
+
+    // Starts a kernel with the shared argument list and binds its arguments; `env` gets the block's
+    // coordinates along the plan's block axes (none in the two-kernel form).
+    void begin(const std::string &name, Env &env) {
         bool welford = spec_.variance == VarianceAlgorithm::Welford && spec_.has_var_reduction();
         SmallVector<Type> wg;
         if (welford) {
             auto ws = gpu::AddressSpaceAttr::get(&ctx_, gpu::AddressSpace::Workgroup);
             for (int k = 0; k < 3; ++k) wg.push_back(MemRefType::get({plan_.block_threads}, acc_, MemRefLayoutAttrInterface(), ws));
         }
-        auto fn = gpu::GPUFuncOp::create(b_, loc_, function, b_.getFunctionType(types, {}), wg);
+        auto fn = gpu::GPUFuncOp::create(b_, loc_, name, b_.getFunctionType(types_in_, {}), wg);
         fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
         // The block size is fixed: the launcher uses it, and LLVM may rely on it.
         fn.setKnownBlockSizeAttr(b_.getDenseI32ArrayAttr({plan_.block_threads, 1, 1}));
         Block &entry = fn.getBody().front();
         b_.setInsertionPointToStart(&entry);
-        for (size_t i = 0; i < args.size(); ++i) {
+        mem_.clear();
+        atoms_.clear();
+        scratch_.clear();
+        red_.clear();
+        for (size_t i = 0; i < args_.size(); ++i) {
             mem_.push_back(entry.getArgument((unsigned)i));
-            atoms_.push_back(args[i].second);
+            atoms_.push_back(args_[i].second);
         }
+        for (size_t k = 0; k < plan_.column_outputs.size(); ++k) scratch_.push_back(entry.getArgument((unsigned)(args_.size() + k)));
         if (welford)
             for (int k = 0; k < 3; ++k) wg_[k] = fn.getWorkgroupAttributions()[k];
         ext_.assign(spec_.axes.size(), Value());
         extent_f_.assign(spec_.axes.size(), Value());
+        const size_t first_extent = args_.size() + plan_.column_outputs.size();
         for (size_t i = 0; i < plan_.extent_axes.size(); ++i) {
             AxisId a = plan_.extent_axes[i];
-            ext_[a] = entry.getArgument((unsigned)(args.size() + i));
+            ext_[a] = entry.getArgument((unsigned)(first_extent + i));
             extent_f_[a] = index_to_float(b_, loc_, ext_[a], acc_);
         }
+        if (columns()) blocks_ = entry.getArgument((unsigned)(first_extent + plan_.extent_axes.size()));
         tid_ = gpu::ThreadIdOp::create(b_, loc_, gpu::Dimension::x);
         nthreads_ = index_cst(b_, loc_, plan_.block_threads);
-        Value bid = gpu::BlockIdOp::create(b_, loc_, gpu::Dimension::x);
-        Env env;
-        delinearize(b_, loc_, bid, plan_.block_axes, env);
+        bid_ = gpu::BlockIdOp::create(b_, loc_, gpu::Dimension::x);
+        if (!columns()) delinearize(b_, loc_, bid_, plan_.block_axes, env);
+    }
 
-        for (size_t k = 0; k < outs_.size(); ++k) {
-            const OutputInfo &o = *outs_[k];
-            const Node &e = *spec_.values[o.value].expr;
-            ensure_reductions(e, env);
-            size_t ai = spec_.tensors.size() + k;
-            std::vector<AxisId> rest;
-            for (AxisId a : atoms_[ai])
-                if (!std::count(plan_.block_axes.begin(), plan_.block_axes.end(), a)) rest.push_back(a);
-            Type st = element_type(ctx_, types_.storage.at(o.name));
-            strided_loop(rest, {}, env, [&](OpBuilder &b, Location loc, const Env &env2, ValueRange) -> SmallVector<Value> {
-                Value v = convert(b, loc, eval(b, loc, e, env2), st);
-                memref::StoreOp::create(b, loc, v, mem_[ai], ValueRange{linear(b, loc, atoms_[ai], env2)});
+    // Output k of the kernel at the coordinates in `env` (the block's), over its other axes.
+    void store_output(size_t k, const Env &env, const std::vector<AxisId> &bound) {
+        const OutputInfo &o = *outs_[k];
+        const Node &e = *spec_.values[o.value].expr;
+        ensure_reductions(e, env);
+        size_t ai = spec_.tensors.size() + k;
+        std::vector<AxisId> rest;
+        for (AxisId a : atoms_[ai])
+            if (!std::count(bound.begin(), bound.end(), a)) rest.push_back(a);
+        Type st = element_type(ctx_, types_.storage.at(o.name));
+        strided_loop(rest, {}, env, [&](OpBuilder &b, Location loc, const Env &env2, ValueRange) -> SmallVector<Value> {
+            Value v = convert(b, loc, eval(b, loc, e, env2), st);
+            memref::StoreOp::create(b, loc, v, mem_[ai], ValueRange{linear(b, loc, atoms_[ai], env2)});
+            return {};
+        });
+    }
+
+    // The column output's index among the kernel's outputs, or -1.
+    int column_slot(size_t k) const {
+        for (size_t c = 0; c < plan_.column_outputs.size(); ++c)
+            if (&spec_.outputs[plan_.column_outputs[c]] == outs_[k]) return (int)c;
+        return -1;
+    }
+
+    // The main kernel of the two-kernel form: block b takes rows [b R, min(rows, (b + 1) R)) with
+    // R = ceil(rows / blocks), one row after the other: the row's statistics, the other outputs'
+    // row, and each column output's terms added into its partials[b, kept] (each thread owns the
+    // same kept indices throughout, so no two threads touch one partial; a total sum adds the
+    // block's all-reduce of the row, by thread 0).
+    void build_main(const std::string &name) {
+        Env none;
+        begin(name, none);
+        const AxisId row = plan_.row_axis;
+        Value rows = ext_[row];
+        Value one = index_cst(b_, loc_, 1);
+        Value per = arith::DivUIOp::create(b_, loc_, arith::SubIOp::create(b_, loc_, arith::AddIOp::create(b_, loc_, rows, blocks_), one), blocks_);
+        Value r0 = arith::MulIOp::create(b_, loc_, bid_, per);
+        Value r1 = arith::MinUIOp::create(b_, loc_, rows, arith::AddIOp::create(b_, loc_, r0, per));
+        for (size_t c = 0; c < plan_.column_outputs.size(); ++c) {
+            const Node &n = *spec_.values[spec_.outputs[plan_.column_outputs[c]].value].expr;
+            const std::vector<AxisId> kept = memory_order(n.axes);
+            Value base = arith::MulIOp::create(b_, loc_, bid_, product(b_, loc_, kept));
+            strided_loop(kept, {}, none, [&](OpBuilder &b, Location loc, const Env &e2, ValueRange) -> SmallVector<Value> {
+                Value i = arith::AddIOp::create(b, loc, base, linear(b, loc, kept, e2));
+                memref::StoreOp::create(b, loc, emitter_.cst(b, loc, 0.0), scratch_[c], ValueRange{i});
                 return {};
             });
         }
+        auto loop = scf::ForOp::create(b_, loc_, r0, r1, one);
+        OpBuilder::InsertionGuard guard(b_);
+        b_.setInsertionPoint(loop.getBody()->getTerminator());
+        Env env;
+        env[row] = loop.getInductionVar();
+        for (size_t k = 0; k < outs_.size(); ++k) {
+            const int c = column_slot(k);
+            if (c < 0) {
+                store_output(k, env, {row});
+                continue;
+            }
+            const Node &n = *spec_.values[outs_[k]->value].expr;
+            const Node &term = *n.args[0];
+            ensure_reductions(term, env);
+            const std::vector<AxisId> kept = memory_order(n.axes);
+            if (!kept.empty()) {
+                Value base = arith::MulIOp::create(b_, loc_, bid_, product(b_, loc_, kept));
+                strided_loop(kept, {}, env, [&](OpBuilder &b, Location loc, const Env &e2, ValueRange) -> SmallVector<Value> {
+                    Value i = arith::AddIOp::create(b, loc, base, linear(b, loc, kept, e2));
+                    Value old = memref::LoadOp::create(b, loc, scratch_[c], ValueRange{i});
+                    memref::StoreOp::create(b, loc, arith::AddFOp::create(b, loc, old, eval(b, loc, term, e2)), scratch_[c], ValueRange{i});
+                    return {};
+                });
+            } else {
+                std::vector<AxisId> inner;
+                for (AxisId a : n.over)
+                    if (a != row) inner.push_back(a);
+                Value part = strided_loop(memory_order(inner), {emitter_.cst(b_, loc_, 0.0)}, env,
+                                          [&](OpBuilder &b, Location loc, const Env &e2, ValueRange acc) -> SmallVector<Value> {
+                                              return {arith::AddFOp::create(b, loc, acc[0], eval(b, loc, term, e2))};
+                                          })[0];
+                Value s = all_reduce(part, gpu::AllReduceOperation::ADD);
+                Value first = arith::CmpIOp::create(b_, loc_, arith::CmpIPredicate::eq, tid_, index_cst(b_, loc_, 0));
+                scf::IfOp::create(b_, loc_, first, [&](OpBuilder &b, Location loc) {
+                    Value old = memref::LoadOp::create(b, loc, scratch_[c], ValueRange{bid_});
+                    memref::StoreOp::create(b, loc, arith::AddFOp::create(b, loc, old, s), scratch_[c], ValueRange{bid_});
+                    scf::YieldOp::create(b, loc);
+                });
+            }
+        }
+        b_.setInsertionPointAfter(loop);
         gpu::ReturnOp::create(b_, loc_);
-        return module;
     }
 
-private:
-    using Env = std::map<AxisId, Value>;
-    using Step = std::function<SmallVector<Value>(OpBuilder &, Location, const Env &, ValueRange)>;
+    // The final kernel: each column output's element i (thread i of the grid) is the sum of its
+    // partials over the blocks; a total sum is block 0's all-reduce over the blocks.
+    void build_final(const std::string &name) {
+        Env none;
+        begin(name, none);
+        Value zero = index_cst(b_, loc_, 0), one = index_cst(b_, loc_, 1);
+        for (size_t k = 0; k < outs_.size(); ++k) {
+            const int c = column_slot(k);
+            if (c < 0) continue;
+            const Node &n = *spec_.values[outs_[k]->value].expr;
+            const std::vector<AxisId> kept = memory_order(n.axes);
+            const size_t ai = spec_.tensors.size() + k;
+            Type st = element_type(ctx_, types_.storage.at(outs_[k]->name));
+            if (!kept.empty()) {
+                Value count = product(b_, loc_, kept);
+                Value i = arith::AddIOp::create(b_, loc_, arith::MulIOp::create(b_, loc_, bid_, nthreads_), tid_);
+                Value inside = arith::CmpIOp::create(b_, loc_, arith::CmpIPredicate::ult, i, count);
+                scf::IfOp::create(b_, loc_, inside, [&](OpBuilder &b, Location loc) {
+                    auto sum = scf::ForOp::create(b, loc, zero, blocks_, one, ValueRange{emitter_.cst(b, loc, 0.0)},
+                                                  [&](OpBuilder &bb, Location ll, Value blk, ValueRange acc) {
+                                                      Value j = arith::AddIOp::create(bb, ll, arith::MulIOp::create(bb, ll, blk, count), i);
+                                                      Value v = memref::LoadOp::create(bb, ll, scratch_[c], ValueRange{j});
+                                                      scf::YieldOp::create(bb, ll, ValueRange{arith::AddFOp::create(bb, ll, acc[0], v)});
+                                                  });
+                    Env e;
+                    delinearize(b, loc, i, kept, e);
+                    memref::StoreOp::create(b, loc, convert(b, loc, sum.getResult(0), st), mem_[ai], ValueRange{linear(b, loc, atoms_[ai], e)});
+                    scf::YieldOp::create(b, loc);
+                });
+            } else {
+                Value first_block = arith::CmpIOp::create(b_, loc_, arith::CmpIPredicate::eq, bid_, zero);
+                scf::IfOp::create(b_, loc_, first_block, [&](OpBuilder &b, Location loc) {
+                    auto part = scf::ForOp::create(b, loc, tid_, blocks_, nthreads_, ValueRange{emitter_.cst(b, loc, 0.0)},
+                                                   [&](OpBuilder &bb, Location ll, Value blk, ValueRange acc) {
+                                                       Value v = memref::LoadOp::create(bb, ll, scratch_[c], ValueRange{blk});
+                                                       scf::YieldOp::create(bb, ll, ValueRange{arith::AddFOp::create(bb, ll, acc[0], v)});
+                                                   });
+                    Value s = gpu::AllReduceOp::create(b, loc, part.getResult(0),
+                                                       gpu::AllReduceOperationAttr::get(&ctx_, gpu::AllReduceOperation::ADD), true);
+                    Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid_, zero);
+                    scf::IfOp::create(b, loc, first, [&](OpBuilder &bb, Location ll) {
+                        memref::StoreOp::create(bb, ll, convert(bb, ll, s, st), mem_[ai], ValueRange{zero});
+                        scf::YieldOp::create(bb, ll);
+                    });
+                    scf::YieldOp::create(b, loc);
+                });
+            }
+        }
+        gpu::ReturnOp::create(b_, loc_);
+    }
+
 
     MLIRContext &ctx_;
     const NormSpec &spec_;
@@ -108,7 +259,10 @@ private:
     std::vector<Value> mem_, ext_, extent_f_;
     std::vector<std::vector<AxisId>> atoms_;
     std::vector<const OutputInfo *> outs_;
-    Value tid_, nthreads_, wg_[3];
+    std::vector<std::pair<std::string, std::vector<AxisId>>> args_;  // name, atoms (tensors, then outputs)
+    std::vector<Type> types_in_;                                    // the kernels' shared signature
+    std::vector<Value> scratch_;                                    // the column outputs' partials
+    Value tid_, nthreads_, bid_, blocks_, wg_[3];
     ExprEmitter emitter_;
     std::map<const Node *, Value> red_;
 
@@ -279,6 +433,13 @@ CudaPlan cuda_plan(const NormSpec &spec, const KernelPlan &plan, const ScheduleR
     if (!plan.cuda_refusal.empty()) throw UserError(plan.cuda_refusal);
     CudaPlan p;
     p.block_axes = plan.cuda_block_axes;
+    if (!plan.column_sums.empty()) {
+        // The two-kernel form: blocks of rows (the block count is an argument, not a grid axis).
+        p.column_outputs = plan.column_sums;
+        p.row_axis = plan.main_order.at(0);
+        p.block_axes.clear();
+        p.column_blocks = (int)schedule.get("column_blocks");
+    }
     for (size_t a = 0; a < spec.axes.size(); ++a)
         if (!spec.axes[a].is_split()) p.extent_axes.push_back((AxisId)a);
     p.block_threads = (int)schedule.get("block_threads");

@@ -2,6 +2,7 @@
 // kernel list, pinned; and the facts the consumers rely on (ABI order, variants).
 #include "codegen/common/kernel_plan.h"
 #include "dsl/checker.h"
+#include "dsl/grad.h"
 
 #include <catch2/catch.hpp>
 
@@ -138,4 +139,60 @@ TEST_CASE("plan_json carries what describe --plan prints", "[plan]") {
     CHECK(j["stages"][0]["reduces"] == nlohmann::json::array({"h", "w", "cg"}));
     CHECK(j["kernels"][0]["role"] == "main");
     CHECK(plan_text(spec, p).find("layout: root") != std::string::npos);
+}
+
+TEST_CASE("backward plans: parameter gradients summed over the rows make a row layout with column sums", "[plan][grad]") {
+    using L = LayoutClass;
+    // layer -> (layout of the core backward kernel, its column sums); the rest keep the root layout.
+    const std::map<std::string, std::pair<L, std::string>> want{
+        {"layer_norm", {L::Row, "d_weight,d_bias"}},
+        {"rms_norm", {L::Row, "d_weight"}},
+        {"fused_add_rms_norm", {L::Row, "d_weight"}},
+        {"batch_norm_train", {L::Root, ""}},
+        {"group_norm_nchw", {L::Root, ""}},
+        {"dyt", {L::Row, "d_alpha,d_weight,d_bias"}},  // d_alpha: a total sum over rows x d
+    };
+    size_t files = 0, with_columns = 0;
+    for (const auto &entry : std::filesystem::directory_iterator(std::string(NORMGEN_SOURCE_DIR) + "/dsl/catalog")) {
+        if (entry.path().extension() != ".norm") continue;
+        const NormSpec fwd = load_norm_file(entry.path().string());
+        const GradResult g = differentiate(fwd);
+        const NormSpec &spec = g.spec;
+        INFO(spec.name);
+        const KernelPlan p = make_plan(spec, DType::F32, Variant::Core);
+        std::string cols;
+        for (int o : p.column_sums) {
+            cols += (cols.empty() ? "" : ",") + spec.outputs[o].name;
+            // Each is a sum over exactly the row axis keeping axes of the row block, or a total sum.
+            const Node &e = *spec.values[spec.outputs[o].value].expr;
+            CHECK(e.kind == Node::Reduce);
+            CHECK((e.over == AxisSet{p.main_order[0]} || (e.axes.empty() && e.over.size() == p.main_order.size())));
+            CHECK(o != p.main_output);
+        }
+        if (!p.column_sums.empty()) {
+            ++with_columns;
+            CHECK(p.layout == L::Row);
+            CHECK(p.row_axes == 1);
+            CHECK(p.layout_reason.find("final reduce") != std::string::npos);
+            CHECK(plan_text(spec, p).find("column sums") != std::string::npos);
+            CHECK(plan_json(spec, p)["column_sums"].size() == p.column_sums.size());
+            // CUDA: the two-kernel form, blocks of rows, the column sums in the final kernel.
+            CHECK(p.cuda_refusal == "");
+            CHECK(p.cuda_block_axes == std::vector<AxisId>{p.main_order[0]});
+            REQUIRE(p.kernels.size() == 2);
+            CHECK(p.kernels[0].role == "main");
+            CHECK(p.kernels[1].role == "final");
+            CHECK(p.kernels[1].outputs.size() == p.column_sums.size());
+        } else {
+            CHECK(p.kernels.size() == 1);
+        }
+        auto it = want.find(fwd.name);
+        if (it != want.end()) {
+            CHECK(p.layout == it->second.first);
+            CHECK(cols == it->second.second);
+        }
+        ++files;
+    }
+    CHECK(files >= 20);
+    CHECK(with_columns >= 5);
 }

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -52,8 +53,6 @@ TEST_CASE("the default driver either opens a device or says why not", "[cuda]") 
     }
 }
 
-// (The backward kernels, "grad_of", are CPU only: their parameter gradients reduce across rows,
-// which the CUDA plan does not lower yet; the test below says so.)
 TEST_CASE("every catalog layer has sm_90 kernels for every storage type, assembled without spills", "[cuda]") {
     Registry reg = Registry::load(default_manifest_path(), kKernelTable, kKernelTableSize);
     std::string dir = std::filesystem::path(default_manifest_path()).parent_path().string();  // files are relative to the manifest
@@ -82,16 +81,49 @@ TEST_CASE("every catalog layer has sm_90 kernels for every storage type, assembl
     }
 }
 
-TEST_CASE("the backward kernels are CPU only (their cross-row reductions have no CUDA lowering yet)", "[cuda][grad]") {
+TEST_CASE("every backward but GroupNorm's and QKNorm's has sm_90 kernels; the two-kernel form names its partials and both entries", "[cuda][grad]") {
     Registry reg = Registry::load(default_manifest_path(), kKernelTable, kKernelTableSize);
-    size_t grads = 0;
+    const std::string dir = std::filesystem::path(default_manifest_path()).parent_path().string();
+    std::set<std::string> grads, cuda, two_kernel;
     for (const Registry::Kernel *k : reg.kernels()) {
         if (k->grad_of.empty()) continue;
-        ++grads;
+        grads.insert(k->layer);
+        if (k->device != Device::Cuda) continue;
         INFO(k->function);
-        CHECK(k->device == Device::Cpu);
+        cuda.insert(k->layer);
+        if (k->cuda.final_entry.empty()) continue;
+        two_kernel.insert(k->layer);
+        CHECK(k->cuda.final_entry == k->cuda.entry + "_final");
+        CHECK(k->cuda.grid_axes.empty());  // the grid is the block count, an argument
+        CHECK(k->cuda.column_blocks >= 1);
+        CHECK(k->spec->find_axis(k->cuda.row_axis) >= 0);
+        REQUIRE(!k->cuda.scratch.empty());
+        for (const auto &sc : k->cuda.scratch) {
+            bool output = false;
+            for (const KernelArg &a : k->args) output = output || (a.name == sc.output && a.role == KernelArg::Output);
+            CHECK(output);
+            for (const std::string &ax : sc.axes) CHECK(ax != k->cuda.row_axis);
+        }
+        std::ifstream ptx(dir + "/" + k->cuda.ptx);
+        std::string text((std::istreambuf_iterator<char>(ptx)), std::istreambuf_iterator<char>());
+        CHECK(text.find(".entry " + k->cuda.entry + "(") != std::string::npos);
+        CHECK(text.find(".entry " + k->cuda.final_entry + "(") != std::string::npos);
     }
-    CHECK(grads > 0);
+    if (cuda.empty()) {
+        WARN("the build generated no mlir-cuda kernels (no ptxas found)");
+        return;
+    }
+    CHECK(grads.size() >= 20);
+    std::set<std::string> missing;
+    for (const std::string &l : grads)
+        if (!cuda.count(l)) missing.insert(l);
+    // GroupNorm's backward keeps a statistic per channel inside a group (sum over h, w): not per
+    // block, which the CUDA plan refuses with a located message; CPU kernels only.
+    // QKNorm's rows are three axes (b, t, heads): its weight gradient sums over all three, which the
+    // two-kernel form (one row axis) does not take yet.
+    CHECK(missing == std::set<std::string>{"group_norm_nchw_grad", "group_norm_nhwc_grad", "qk_norm_grad"});
+    for (const char *l : {"layer_norm_grad", "rms_norm_grad", "dyt_grad", "fused_add_rms_norm_grad"}) CHECK(two_kernel.count(l));
+    CHECK(!two_kernel.count("batch_norm_train_grad"));  // a block per channel: its statistics are per block already
 }
 
 TEST_CASE("a CUDA kernel is never selected for the CPU", "[cuda]") {
