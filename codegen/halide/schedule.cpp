@@ -68,7 +68,11 @@ Func blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, int block_vect
     Var lanes("lanes"), block("block");
     f.update().split(rv[0], ro, ri, vw, TailStrategy::GuardWithIf).split(ro, rob, rib, block_vectors, TailStrategy::GuardWithIf);
     std::vector<std::pair<RVar, Var>> keep{{ri, lanes}, {rob, block}};
-    for (size_t k = 1; k < rv.size(); ++k) keep.push_back({rv[k], Var("k" + std::to_string(k))});
+    // The outermost reduced axis gets a level of its own; the axes between it and the innermost
+    // (the rows of a plane: BatchNorm's h) stay in the sweep's serial loop, so a lane adds
+    // block_vectors x h terms (224 for 56 x 56 planes) instead of keeping a partial per row of
+    // every plane (lanes x blocks x h x n: 900 KB a channel at 32 x 56 x 56, written and read back).
+    for (size_t k = rv.size() >= 3 ? rv.size() - 1 : 1; k < rv.size(); ++k) keep.push_back({rv[k], Var("k" + std::to_string(k))});
     auto vectorized = [&](Func t, const Var &l) {
         t.compute_at(at);
         // The lanes innermost in storage: rfactor puts the reduction's own pure dimensions first,
