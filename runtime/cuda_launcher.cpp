@@ -211,8 +211,9 @@ void CudaKernelRunner::prepare(Launch &l, std::map<std::string, std::vector<uint
         else driver_.upload(p, t->second.data(), bytes);
         for (int64_t w : {(int64_t)p, (int64_t)p, (int64_t)0, n, (int64_t)1}) l.words.push_back(w);
     }
-    // The two-kernel form: one partial-sum buffer per column output, [blocks, its axes] in f32
-    // (the main kernel zeroes its own rows of it), after the memrefs; the block count last.
+    // The two-kernel form: one partial-sum buffer per column output, [blocks, its axes] in the
+    // accumulation type (the main kernel zeroes its own rows of it), after the memrefs; the block
+    // count last.
     int64_t blocks = 0, widest = 1;
     if (!kernel_.cuda.final_entry.empty()) {
         blocks = std::min<int64_t>(extent(kernel_.cuda.row_axis), kernel_.cuda.column_blocks);
@@ -221,7 +222,7 @@ void CudaKernelRunner::prepare(Launch &l, std::map<std::string, std::vector<uint
             for (const std::string &d : sc.axes) n *= extent(d);
             widest = std::max(widest, n);
             const int64_t elems = std::max<int64_t>(1, blocks * n);
-            uint64_t p = driver_.alloc((size_t)elems * sizeof(float));
+            uint64_t p = driver_.alloc((size_t)elems * dtype_size(sc.dtype));
             l.device.push_back(p);
             for (int64_t w : {(int64_t)p, (int64_t)p, (int64_t)0, elems, (int64_t)1}) l.words.push_back(w);
         }

@@ -335,6 +335,11 @@ Registry Registry::load(const std::string &path, const KernelEntry *table, size_
                     Kernel::Cuda::Scratch s;
                     s.output = r.str(x, "output");
                     s.axes = r.strings(x, "axes");
+                    if (x.contains("dtype")) {
+                        const std::string t = r.str(x, "dtype");
+                        if (t == "f64") s.dtype = DType::F64;
+                        else if (t != "f32") r.fail("scratch dtype must be f32 or f64, not '" + t + "'");
+                    }
                     k->cuda.scratch.push_back(s);
                 }
             }

@@ -81,13 +81,14 @@ public:
             int registers = 0, spill_stores = 0, spill_loads = 0;  // ptxas -v
             // The two-kernel form (column sums): `entry` runs on min(extent(row_axis),
             // column_blocks) blocks writing per-block partials into one scratch buffer per
-            // `scratch` output ([blocks, its axes], f32), then `final_entry` reduces them; both take
+            // `scratch` output ([blocks, its axes], accumulation type), then `final_entry` reduces them; both take
             // the memrefs, the scratch memrefs, the extents and the block count. "" when one kernel.
             std::string final_entry, row_axis;
             int column_blocks = 0;
             struct Scratch {
                 std::string output;
                 std::vector<std::string> axes;
+                DType dtype = DType::F32;  // the declaration's accumulation type
             };
             std::vector<Scratch> scratch;
         } cuda;

@@ -7,7 +7,8 @@
 #   2. verify every layer's kernels against the float64 reference, Halide (both targets) and MLIR
 #      (this host) (a spread of the shape sweep; the tests run all of it);
 #   3. the table of what each layer is;
-#   4. a short benchmark (about two minutes: bench/shape_grids.h short_grid()) of the kernels beside
+#   4. a short benchmark (about three minutes: bench/shape_grids.h short_grid() and
+#      short_backward_grid(), two backward cases) of the kernels beside
 #      oneDNN, PyTorch, a scalar baseline and the copy rooflines, and its report table
 #      (build/report-short/report.md; the full grid: scripts/bench.sh).
 set -euo pipefail

@@ -95,6 +95,12 @@ std::vector<const PlanArg *> KernelPlan::outputs() const {
     return r;
 }
 
+bool KernelPlan::is_column_sum(const NormSpec &spec, const Node *n) const {
+    for (int o : column_sums)
+        if (spec.values[spec.outputs[o].value].expr.get() == n) return true;
+    return false;
+}
+
 int KernelPlan::find_arg(const std::string &name) const {
     for (size_t i = 0; i < args.size(); ++i)
         if (args[i].name == name) return (int)i;
@@ -329,16 +335,11 @@ KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant) {
     // row of the first output's innermost axis. Every statistic must be per block. With column
     // sums, the two-kernel form: a block per block of rows (each row's statistics per block as
     // usual, the column sums as per-block partial sums), then a final reduce over the blocks.
-    auto is_column = [&](const NodePtr &n) {
-        for (int o : p.column_sums)
-            if (spec.values[spec.outputs[o].value].expr.get() == n.get()) return true;
-        return false;
-    };
     if (!p.column_sums.empty()) {
         p.cuda_block_axes = {p.main_order[0]};
         for (const NodePtr &n : reductions)
             for (AxisId a : n->axes)
-                if (!is_column(n) && p.cuda_refusal.empty() && a != p.main_order[0])
+                if (!p.is_column_sum(spec, n.get()) && p.cuda_refusal.empty() && a != p.main_order[0])
                     p.cuda_refusal = spec.file + ":" + std::to_string(n->loc.line) + ":" + std::to_string(n->loc.col) +
                                      ": mlir-cuda: this reduction keeps axis '" + spec.axes[a].name + "' beside the rows of the column sums";
     } else if (reductions.empty()) {

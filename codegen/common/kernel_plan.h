@@ -119,6 +119,8 @@ struct KernelPlan {
     // The args that are outputs, in order, and the index of an arg by name (-1 if absent).
     std::vector<const PlanArg *> outputs() const;
     int find_arg(const std::string &name) const;
+    // Whether reduction `n` is one of the column sums (the whole value of a column_sums output).
+    bool is_column_sum(const NormSpec &spec, const Node *n) const;
 };
 
 KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant);

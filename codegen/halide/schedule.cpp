@@ -59,10 +59,11 @@ bool is_lane_func(const ReductionFuncs &rf, const Func &f) {
 // 3 x 3 x 262144 f32 had its rstd off by 1.4e-5 relative, past the verifier's 1e-5.)
 //
 // Sums along rv[0] (contiguous) in vectors and blocks of `block` vectors, rfactored: intm(lanes,
-// block, the other RVars) sums one block per lane; then one level per remaining dimension (blocks,
-// then each outer RVar), vectorized over the lanes, so no serial chain of partial sums is long;
-// the last step adds the lanes. Intermediates are computed at `at`.
-// Returns the first rfactor intermediate: the Func whose update is the sweep over the data.
+// block, the outermost other RVar) sums one block per lane (RVars between the innermost and the
+// outermost run inside that sum); then one level per remaining dimension (blocks, then the
+// outermost RVar), vectorized over the lanes, so no serial chain of partial sums is long; the last
+// step adds the lanes. Intermediates are computed at `at`. Returns the first rfactor intermediate:
+// the Func whose update is the sweep over the data.
 Func blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, int block_vectors, const LoopLevel &at) {
     RVar ro("ro"), ri("ri"), rob("rob"), rib("rib");
     Var lanes("lanes"), block("block");
@@ -87,7 +88,7 @@ Func blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, int block_vect
     };
     Func sweep = f.update().rfactor(keep);
     vectorized(sweep, lanes);
-    // Then one level per remaining dimension (blocks, then each outer reduced axis), vectorized
+    // Then one level per remaining dimension (blocks, then the outermost reduced axis), vectorized
     // over the lanes, so no serial chain of partial sums is long; the last step adds the lanes.
     std::vector<RVar> rest{rob};
     for (size_t k = 2; k < keep.size(); ++k) rest.push_back(keep[k].first);
@@ -226,11 +227,7 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
     };
 
     // The sums over the rows themselves (a backward's parameter gradients, plan.column_sums).
-    auto is_column = [&](const ReductionFuncs &rf) {
-        for (int o : plan.column_sums)
-            if (spec.values[spec.outputs[o].value].expr.get() == rf.node) return true;
-        return false;
-    };
+    auto is_column = [&](const ReductionFuncs &rf) { return plan.is_column_sum(spec, rf.node); };
     const bool columns = row && !plan.column_sums.empty();
 
     if (p.reductions.empty() || row) {

@@ -266,7 +266,8 @@ json compile_kernels(const NormSpec &spec, const AotRequest &req) {
                     json scratch = json::array();
                     for (int o : cplan.column_outputs) {
                         std::vector<AxisId> kept = spec.memory_atoms(spec.outputs[o].dims);
-                        scratch.push_back({{"output", spec.outputs[o].name}, {"axes", axis_names_json(spec, kept)}});
+                        scratch.push_back({{"output", spec.outputs[o].name}, {"axes", axis_names_json(spec, kept)},
+                                           {"dtype", dtype_name(spec.accumulate)}});
                     }
                     e["scratch"] = scratch;
                 }
