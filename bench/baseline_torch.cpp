@@ -102,23 +102,36 @@ public:
     }
     std::string note() const override { return note_; }
 
+    // The activations as ATen sees them: [n, c, h, w] (the NHWC buffer of group_norm_nhwc as a
+    // channels_last NCHW tensor) or [rows, d].
+    struct Layout {
+        bool image = false;
+        std::vector<int64_t> shape, strides;
+    };
+    Layout layout(const std::string &forward_layer) const {
+        Layout r;
+        r.image = t_.extent.count("n") != 0;
+        if (r.image) {
+            const int64_t n = t_.at("n"), c = t_.at("c"), h = t_.at("h"), w = t_.at("w");
+            r.shape = {n, c, h, w};
+            if (forward_layer == "group_norm_nhwc")
+                r.strides = {h * w * c, 1, w * c, c};
+            else
+                r.strides = {c * h * w, h * w, w, 1};
+        } else {
+            r.shape = {t_.at("rows"), t_.at("d")};
+            r.strides = {r.shape[1], 1};
+        }
+        return r;
+    }
+
     std::string build() {
         const std::string &l = t_.layer;
         if (l.size() > 5 && l.compare(l.size() - 5, 5, "_grad") == 0) return build_backward(l.substr(0, l.size() - 5));
         const at::ScalarType st = aten_type(t_.dtype);
-        const bool image = t_.extent.count("n") != 0;
-        std::vector<int64_t> shape, strides;
-        if (image) {
-            const int64_t n = t_.at("n"), c = t_.at("c"), h = t_.at("h"), w = t_.at("w");
-            shape = {n, c, h, w};
-            if (l == "group_norm_nhwc")
-                strides = {h * w * c, 1, w * c, c};  // channels_last: the NHWC buffer as an NCHW tensor
-            else
-                strides = {c * h * w, h * w, w, 1};
-        } else {
-            shape = {t_.at("rows"), t_.at("d")};
-            strides = {shape[1], 1};
-        }
+        const Layout lay = layout(l);
+        const bool image = lay.image;
+        const std::vector<int64_t> &shape = lay.shape, &strides = lay.strides;
         auto act = [&](const std::string &name) { return at::from_blob(t_.ptr(name), shape, strides, at::TensorOptions().dtype(st)); };
         auto param = [&](const std::string &name) -> c10::optional<at::Tensor> {
             if (!t_.has(name)) return c10::nullopt;
@@ -197,16 +210,9 @@ public:
     // The backward of forward layer `l`: d_x and the parameter gradients into results_.
     std::string build_backward(const std::string &l) {
         const at::ScalarType st = aten_type(t_.dtype);
-        const bool image = t_.extent.count("n") != 0;
-        std::vector<int64_t> shape, strides;
-        if (image) {
-            const int64_t n = t_.at("n"), c = t_.at("c"), h = t_.at("h"), w = t_.at("w");
-            shape = {n, c, h, w};
-            strides = l == "group_norm_nhwc" ? std::vector<int64_t>{h * w * c, 1, w * c, c} : std::vector<int64_t>{c * h * w, h * w, w, 1};
-        } else {
-            shape = {t_.at("rows"), t_.at("d")};
-            strides = {shape[1], 1};
-        }
+        const Layout lay = layout(l);
+        const bool image = lay.image;
+        const std::vector<int64_t> &shape = lay.shape, &strides = lay.strides;
         const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat);
         auto act = [&](const std::string &name) { return at::from_blob(t_.ptr(name), shape, strides, at::TensorOptions().dtype(st)); };
         auto vec = [&](const std::string &name, std::vector<int64_t> s) { return at::from_blob(t_.ptr(name), s, f32); };
