@@ -238,21 +238,27 @@ const std::map<std::string, Mapping> &case_table() {
 // with each other, by ~2.6e-12 = 1.4 ulp(1e4)). A one-pass variance would be ~1e-8 off, still caught.
 constexpr double kRtol = 1e-10;
 
+// Elementwise comparison: err_i = |got - want| / (atol + rtol * |want|), must be <= 1. A NaN on either
+// side, or a size mismatch, is a failure. (Also the hand-written references' comparator:
+// reference_test.cpp.)
 struct Diff {
     bool size_ok = true;
-    double worst = 0;
+    size_t got_size = 0, want_size = 0;
+    double worst = 0;  // worst normalized error (inf for NaN)
     size_t at = 0, failures = 0;
     double got = 0, want = 0;
 };
 
-Diff compare(const Vec &got, const Vec &want, double atol) {
+inline Diff compare(const Vec &got, const Vec &want, double rtol, double atol) {
     Diff d;
+    d.got_size = got.size();
+    d.want_size = want.size();
     if (got.size() != want.size()) {
         d.size_ok = false;
         return d;
     }
     for (size_t i = 0; i < got.size(); ++i) {
-        double e = std::fabs(got[i] - want[i]) / (atol + kRtol * std::fabs(want[i]));
+        double e = std::fabs(got[i] - want[i]) / (atol + rtol * std::fabs(want[i]));
         if (std::isnan(e)) e = INFINITY;
         if (!(e <= 1)) ++d.failures;
         if (i == 0 || !(e <= d.worst)) {
@@ -264,6 +270,8 @@ Diff compare(const Vec &got, const Vec &want, double atol) {
     }
     return d;
 }
+
+inline Diff compare(const Vec &got, const Vec &want, double atol) { return compare(got, want, kRtol, atol); }
 
 std::string describe(const Diff &d, size_t n) {
     std::ostringstream os;

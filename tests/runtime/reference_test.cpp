@@ -7,6 +7,7 @@
 //
 // The inputs are drawn from a seed printed with every failure; set NORMGEN_TEST_SEED to replay one.
 #include "dsl/checker.h"
+#include "golden_cases.h"
 #include "runtime/errors.h"
 #include "runtime/reference/interpreter.h"
 #include "runtime/reference/layers.h"
@@ -131,38 +132,10 @@ double cond_atol(const Vec &x, double rstd_max, const Vec &weight) {
 }
 constexpr double kRtol = 1e-12;
 
-// Elementwise comparison: err_i = |got - want| / (atol + rtol * |want|), must be <= 1. A NaN on either
-// side, or a size mismatch, is a failure.
-struct Diff {
-    bool size_ok = true;
-    size_t got_size = 0, want_size = 0;
-    double worst = 0;  // worst normalized error (inf for NaN)
-    size_t at = 0;
-    double got = 0, want = 0;
-    size_t failures = 0;
-};
-
-Diff compare(const Vec &got, const Vec &want, double rtol, double atol) {
-    Diff d;
-    d.got_size = got.size();
-    d.want_size = want.size();
-    if (got.size() != want.size()) {
-        d.size_ok = false;
-        return d;
-    }
-    for (size_t i = 0; i < got.size(); ++i) {
-        double e = std::fabs(got[i] - want[i]) / (atol + rtol * std::fabs(want[i]));
-        if (std::isnan(e)) e = INFINITY;
-        if (!(e <= 1)) ++d.failures;
-        if (i == 0 || !(e <= d.worst)) {
-            d.worst = e;
-            d.at = i;
-            d.got = got[i];
-            d.want = want[i];
-        }
-    }
-    return d;
-}
+// The comparator of the golden cases (golden_cases.h): relative and absolute tolerance, NaN and a
+// size mismatch fail.
+using golden::compare;
+using golden::Diff;
 
 bool within(const Diff &d) { return d.size_ok && d.worst <= 1; }
 
