@@ -212,15 +212,17 @@ void CudaKernelRunner::prepare(Launch &l, std::map<std::string, std::vector<uint
         for (int64_t w : {(int64_t)p, (int64_t)p, (int64_t)0, n, (int64_t)1}) l.words.push_back(w);
     }
     // The two-kernel form: one partial-sum buffer per column output, [blocks, its axes] in the
-    // accumulation type (the main kernel zeroes its own rows of it), after the memrefs; the block
-    // count last.
+    // accumulation type (the main kernel zeroes its own rows of it), and one per statistic held per
+    // block, after the memrefs; the block count last.
     int64_t blocks = 0, widest = 1;
     if (!kernel_.cuda.final_entry.empty()) {
-        blocks = std::min<int64_t>(extent(kernel_.cuda.row_axis), kernel_.cuda.column_blocks);
+        int64_t rows = 1;
+        for (const std::string &d : kernel_.cuda.row_axes) rows *= extent(d);
+        blocks = std::min<int64_t>(rows, kernel_.cuda.column_blocks);
         for (const auto &sc : kernel_.cuda.scratch) {
             int64_t n = 1;
             for (const std::string &d : sc.axes) n *= extent(d);
-            widest = std::max(widest, n);
+            if (sc.statistic.empty()) widest = std::max(widest, n);  // the final kernel's threads
             const int64_t elems = std::max<int64_t>(1, blocks * n);
             uint64_t p = driver_.alloc((size_t)elems * dtype_size(sc.dtype));
             l.device.push_back(p);

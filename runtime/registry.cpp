@@ -325,7 +325,8 @@ Registry Registry::load(const std::string &path, const KernelEntry *table, size_
             k->cuda.extent_axes = r.strings(e, "extent_axes");
             if (e.contains("final_entry")) {  // the two-kernel form
                 k->cuda.final_entry = r.str(e, "final_entry");
-                k->cuda.row_axis = r.str(e, "row_axis");
+                k->cuda.row_axes = r.strings(e, "row_axes");
+                if (k->cuda.row_axes.empty()) r.fail("row_axes must name at least one axis");
                 k->cuda.column_blocks = r.field(e, "column_blocks").get<int>();
                 if (k->cuda.column_blocks < 1) r.fail("column_blocks must be at least 1");
                 const json &sc = r.field(e, "scratch");
@@ -333,7 +334,8 @@ Registry Registry::load(const std::string &path, const KernelEntry *table, size_
                 for (const json &x : sc) {
                     if (!x.is_object()) r.fail("every scratch entry must be an object");
                     Kernel::Cuda::Scratch s;
-                    s.output = r.str(x, "output");
+                    if (x.contains("statistic")) s.statistic = r.str(x, "statistic");
+                    else s.output = r.str(x, "output");
                     s.axes = r.strings(x, "axes");
                     if (x.contains("dtype")) {
                         const std::string t = r.str(x, "dtype");

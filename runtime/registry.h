@@ -79,14 +79,18 @@ public:
             int block_threads = 256;
             std::vector<std::string> grid_axes, extent_axes;
             int registers = 0, spill_stores = 0, spill_loads = 0;  // ptxas -v
-            // The two-kernel form (column sums): `entry` runs on min(extent(row_axis),
-            // column_blocks) blocks writing per-block partials into one scratch buffer per
-            // `scratch` output ([blocks, its axes], accumulation type), then `final_entry` reduces them; both take
-            // the memrefs, the scratch memrefs, the extents and the block count. "" when one kernel.
-            std::string final_entry, row_axis;
+            // The two-kernel form (column sums): `entry` runs on min(rows, column_blocks) blocks, a
+            // row being one index of `row_axes`, writing per-block partials into one scratch buffer
+            // per `scratch` output ([blocks, its axes], accumulation type), then `final_entry`
+            // reduces them; a `scratch` statistic is a per-block buffer the main kernel keeps to
+            // itself. Both take the memrefs, the scratch memrefs (in `scratch` order), the extents
+            // and the block count. "" when one kernel.
+            std::string final_entry;
+            std::vector<std::string> row_axes;
             int column_blocks = 0;
             struct Scratch {
-                std::string output;
+                std::string output;     // a column output's partials, or
+                std::string statistic;  // a statistic held per block ("" for partials)
                 std::vector<std::string> axes;
                 DType dtype = DType::F32;  // the declaration's accumulation type
             };

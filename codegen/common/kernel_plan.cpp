@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -218,6 +219,70 @@ std::set<int> column_sum_outputs(const NormSpec &spec, const KernelPlan &p) {
     return out;
 }
 
+// CUDA's two-kernel form for a root plan the one-kernel rule refuses (lower.h CudaPlan): the
+// column outputs are sums no other expression reads; the rows are the axes every other reduction
+// keeps (a statistic may keep more: the lowering holds it per block); a column output must sum over
+// at least one row axis (else it is one more statistic), and every other output must have every
+// row axis. Sets cuda_row_axes, cuda_columns and cuda_block_axes; false when it does not apply.
+bool cuda_rows_form(const NormSpec &spec, KernelPlan &p, const std::vector<NodePtr> &reductions) {
+    std::set<int> columns;
+    for (const PlanArg *o : p.outputs()) {
+        const Node *e = spec.values[spec.outputs[o->output].value].expr.get();
+        if (o->output == p.main_output || e->kind != Node::Reduce || e->reduce != ReduceOp::Sum) continue;
+        bool read = false;
+        for (const PlanArg *q : p.outputs())
+            if (q != o) {
+                std::set<const Node *> inside;
+                collect_reductions(spec, *spec.values[spec.outputs[q->output].value].expr, inside);
+                read = read || inside.count(e);
+            }
+        if (!read) columns.insert(o->output);
+    }
+    auto is_column = [&](const Node *n) {
+        for (int o : columns)
+            if (spec.values[spec.outputs[o].value].expr.get() == n) return true;
+        return false;
+    };
+    std::vector<AxisId> rows;
+    for (;;) {
+        std::set<AxisId> common(p.main_order.begin(), p.main_order.end());
+        bool any = false;
+        for (const NodePtr &n : reductions) {
+            if (is_column(n.get())) continue;
+            any = true;
+            std::set<AxisId> kept(n->axes.begin(), n->axes.end()), both;
+            std::set_intersection(common.begin(), common.end(), kept.begin(), kept.end(), std::inserter(both, both.end()));
+            common = both;
+        }
+        if (!any || common.empty() || columns.empty()) return false;
+        rows.clear();
+        for (AxisId a : p.main_order)
+            if (common.count(a)) rows.push_back(a);
+        // A sum over none of the rows is a statistic of the row: out of the columns, and again.
+        bool moved = false;
+        for (auto it = columns.begin(); it != columns.end();) {
+            const Node &e = *spec.values[spec.outputs[*it].value].expr;
+            bool over_row = false;
+            for (AxisId a : e.over) over_row = over_row || common.count(a);
+            if (over_row) {
+                ++it;
+            } else {
+                it = columns.erase(it);
+                moved = true;
+            }
+        }
+        if (!moved) break;
+    }
+    for (const PlanArg *o : p.outputs()) {
+        if (columns.count(o->output)) continue;
+        for (AxisId a : rows)
+            if (!contains(o->atoms, a)) return false;
+    }
+    p.cuda_row_axes = p.cuda_block_axes = rows;
+    p.cuda_columns.assign(columns.begin(), columns.end());
+    return true;
+}
+
 }  // namespace
 
 KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant) {
@@ -336,12 +401,8 @@ KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant) {
     // sums, the two-kernel form: a block per block of rows (each row's statistics per block as
     // usual, the column sums as per-block partial sums), then a final reduce over the blocks.
     if (!p.column_sums.empty()) {
-        p.cuda_block_axes = {p.main_order[0]};
-        for (const NodePtr &n : reductions)
-            for (AxisId a : n->axes)
-                if (!p.is_column_sum(spec, n.get()) && p.cuda_refusal.empty() && a != p.main_order[0])
-                    p.cuda_refusal = spec.file + ":" + std::to_string(n->loc.line) + ":" + std::to_string(n->loc.col) +
-                                     ": mlir-cuda: this reduction keeps axis '" + spec.axes[a].name + "' beside the rows of the column sums";
+        p.cuda_row_axes = p.cuda_block_axes = {p.main_order[0]};
+        p.cuda_columns = p.column_sums;
     } else if (reductions.empty()) {
         std::vector<AxisId> atoms = spec.memory_atoms(spec.outputs.at(0).dims);
         if (!atoms.empty()) atoms.pop_back();
@@ -366,11 +427,12 @@ KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant) {
                                      ": mlir-cuda: this reduction keeps axis '" + spec.axes[a].name +
                                      "', which another stage reduces; the CUDA lowering needs every statistic to be per block "
                                      "(over axes no stage reduces)";
+        if (!p.cuda_refusal.empty() && cuda_rows_form(spec, p, reductions)) p.cuda_refusal.clear();
     }
 
     PlanKernel k{"main", {}}, fin{"final", {}};
     for (const PlanArg *o : p.outputs())
-        (std::count(p.column_sums.begin(), p.column_sums.end(), o->output) ? fin : k).outputs.push_back(o->name);
+        (std::count(p.cuda_columns.begin(), p.cuda_columns.end(), o->output) ? fin : k).outputs.push_back(o->name);
     p.kernels.push_back(k);
     if (!fin.outputs.empty()) p.kernels.push_back(fin);  // on CUDA a second kernel; on the CPU one pipeline
     return p;
@@ -404,7 +466,15 @@ json plan_json(const NormSpec &spec, const KernelPlan &p) {
     j["column_sums"] = columns;
     j["inner_pair_fusable"] = p.inner_pair_fusable;
     j["split_axes"] = axis_names_json(spec, p.split_axes);
-    if (p.cuda_refusal.empty()) j["cuda"] = {{"block_axes", axis_names_json(spec, p.cuda_block_axes)}};
+    if (p.cuda_refusal.empty()) {
+        j["cuda"] = {{"block_axes", axis_names_json(spec, p.cuda_block_axes)}};
+        if (!p.cuda_columns.empty()) {
+            json cols = json::array();
+            for (int o : p.cuda_columns) cols.push_back(spec.outputs[o].name);
+            j["cuda"]["row_axes"] = axis_names_json(spec, p.cuda_row_axes);
+            j["cuda"]["columns"] = cols;
+        }
+    }
     else j["cuda"] = {{"refused", p.cuda_refusal}};
     json kernels = json::array();
     for (const PlanKernel &k : p.kernels) kernels.push_back({{"role", k.role}, {"outputs", k.outputs}});
@@ -439,8 +509,11 @@ std::string plan_text(const NormSpec &spec, const KernelPlan &p) {
     }
     os << "  inner pair fusable: " << (p.inner_pair_fusable ? "yes" : "no") << "\n";
     os << "  split axes: [" << names_of(spec, p.split_axes) << "]\n";
-    if (p.cuda_refusal.empty() && !p.column_sums.empty())
-        os << "  cuda: a block per block of [" << names_of(spec, p.cuda_block_axes) << "], partial column sums, then a final reduce\n";
+    if (p.cuda_refusal.empty() && !p.cuda_columns.empty()) {
+        os << "  cuda: a block per block of rows [" << names_of(spec, p.cuda_row_axes) << "], partial sums of";
+        for (size_t i = 0; i < p.cuda_columns.size(); ++i) os << (i ? ", " : " ") << spec.outputs[p.cuda_columns[i]].name;
+        os << ", then a final reduce\n";
+    }
     else if (p.cuda_refusal.empty()) os << "  cuda: a block per [" << names_of(spec, p.cuda_block_axes) << "]\n";
     else os << "  cuda: refused: " << p.cuda_refusal << "\n";
     os << "  kernels:";

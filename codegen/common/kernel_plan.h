@@ -114,6 +114,15 @@ struct KernelPlan {
     // the declaration, located at the reduction that breaks it (file:line:col: ...).
     std::vector<AxisId> cuda_block_axes;
     std::string cuda_refusal;
+    // CUDA's two-kernel form: blocks of rows, a row being one index of cuda_row_axes (memory order;
+    // with column sums, the row axis; for a root plan whose statistics all keep these axes,
+    // GroupNorm's (n, g) or QKNorm's (b, t, heads), their common axes). The main kernel computes
+    // each row's statistics (one that keeps more axes, GroupNorm's per-channel sum, is held per
+    // block in scratch memory) and adds the terms of the cuda_columns outputs (sums over a row
+    // axis) into per-block partials; the final kernel adds the blocks; cuda_block_axes repeats the
+    // row axes. Empty: one kernel, a block per index of cuda_block_axes.
+    std::vector<AxisId> cuda_row_axes;
+    std::vector<int> cuda_columns;
     std::vector<PlanKernel> kernels;
 
     // The args that are outputs, in order, and the index of an arg by name (-1 if absent).

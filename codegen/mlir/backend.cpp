@@ -216,8 +216,8 @@ json compile_kernels(const NormSpec &spec, const AotRequest &req) {
                 entries.push_back(e);
             }
             if (req.cuda && !req.grad_of.empty() && !plan.cuda_refusal.empty()) {
-                // A backward the CUDA plan cannot take yet (GroupNorm's per-channel statistics inside
-                // a group): the CPU kernels only, said once per declaration.
+                // A backward the CUDA plan cannot take (a user's declaration whose statistics share no
+                // row axis): the CPU kernels only, said once per declaration.
                 if (dtype == req.dtypes.front() && variant == Variant::Core)
                     std::cerr << "normgen-mlir: " << spec.name << ": no mlir-cuda kernel: " << plan.cuda_refusal << "\n";
             } else if (req.cuda) {
@@ -244,11 +244,13 @@ json compile_kernels(const NormSpec &spec, const AotRequest &req) {
                 info.grad_of = req.grad_of;
                 info.schedule_text = "one block of " + std::to_string(cplan.block_threads) + " threads per " + spec.axes_text(cplan.block_axes) +
                                      "; per-thread partials + gpu.all_reduce";
-                if (!cplan.column_outputs.empty())
-                    info.schedule_text = "two kernels: one block of " + std::to_string(cplan.block_threads) + " threads per block of '" +
-                                         spec.axes[cplan.row_axis].name + "' (at most " + std::to_string(cplan.column_blocks) +
-                                         " blocks; per-row statistics by gpu.all_reduce, per-block partial sums of the column outputs), "
-                                         "then a final reduce over the blocks";
+                if (!cplan.column_outputs.empty()) {
+                    info.schedule_text = "two kernels: one block of " + std::to_string(cplan.block_threads) + " threads per block of rows " +
+                                         spec.axes_text(cplan.row_axes) + " (at most " + std::to_string(cplan.column_blocks) +
+                                         " blocks; per-row statistics by gpu.all_reduce";
+                    if (!cplan.statistics.empty()) info.schedule_text += ", those that keep more axes held per block in scratch";
+                    info.schedule_text += ", per-block partial sums of the column outputs), then a final reduce over the blocks";
+                }
                 info.library = fn + ".cubin";
                 json e = manifest_entry(spec, plan, info);
                 e["ptx"] = fn + ".ptx";
@@ -261,7 +263,7 @@ json compile_kernels(const NormSpec &spec, const AotRequest &req) {
                     // The two-kernel form (lower.h CudaPlan): the launcher allocates the partials,
                     // runs `entry` on min(rows, column_blocks) blocks, then `final_entry`.
                     e["final_entry"] = fn + "_final";
-                    e["row_axis"] = spec.axes[cplan.row_axis].name;
+                    e["row_axes"] = axis_names_json(spec, cplan.row_axes);
                     e["column_blocks"] = cplan.column_blocks;
                     json scratch = json::array();
                     for (int o : cplan.column_outputs) {
@@ -269,6 +271,8 @@ json compile_kernels(const NormSpec &spec, const AotRequest &req) {
                         scratch.push_back({{"output", spec.outputs[o].name}, {"axes", axis_names_json(spec, kept)},
                                            {"dtype", dtype_name(spec.accumulate)}});
                     }
+                    for (const CudaPlan::Statistic &st : cplan.statistics)  // after the partials, as the kernels take them
+                        scratch.push_back({{"statistic", st.name}, {"axes", axis_names_json(spec, st.axes)}, {"dtype", dtype_name(spec.accumulate)}});
                     e["scratch"] = scratch;
                 }
                 e["ptxas"] = ptxas_stats(log);

@@ -43,14 +43,23 @@ struct CudaPlan {
     std::vector<AxisId> block_axes;  // ascending; the grid is their product (one dimension, x)
     std::vector<AxisId> extent_axes; // the atomic axes whose extents follow the memrefs, ascending
     int block_threads = 256;
-    // The two-kernel form (KernelPlan::column_sums): the main kernel runs one block per block of
-    // rows (at most column_blocks blocks; each row's statistics per block as usual) and adds each
-    // column output's terms into its per-block partial sums, a scratch buffer [blocks, kept axes]
-    // in the accumulation type; the final kernel (<function>_final) adds the blocks. Both take the
-    // same arguments: the memrefs, one scratch memref per column output (in column_outputs
-    // order), the extents, then the block count.
+    // The two-kernel form (KernelPlan::cuda_row_axes): the main kernel runs one block per block of
+    // rows (a row: one index of row_axes; at most column_blocks blocks), each row's statistics by
+    // the block as usual, and adds each column output's terms into its per-block partial sums, a
+    // scratch buffer [blocks, kept axes] in the accumulation type; the final kernel
+    // (<function>_final) adds the blocks. A statistic that keeps axes beyond the rows (GroupNorm's
+    // sum over h, w per channel) is computed for the block's current row at every index of those
+    // axes into a scratch buffer [blocks, its extra axes] and read from there. Both kernels take the
+    // same arguments: the memrefs, the scratch memrefs (column outputs in column_outputs order,
+    // then the statistics), the extents, then the block count.
     std::vector<int> column_outputs;  // indices into NormSpec::outputs
-    AxisId row_axis = -1;
+    std::vector<AxisId> row_axes;     // memory order
+    struct Statistic {
+        const Node *node;
+        std::vector<AxisId> axes;     // its kept axes beyond the rows, memory order
+        std::string name;             // the named value it is, or "r<k>"
+    };
+    std::vector<Statistic> statistics;
     int column_blocks = 264;
 };
 // Throws UserError (file:line:col, from the plan) when the CUDA lowering cannot take the plan.

@@ -10,6 +10,9 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
+#include <set>
+#include <stdexcept>
+
 namespace normgen::mlirgen {
 
 namespace {
@@ -43,7 +46,8 @@ public:
             args_.push_back({o.name, spec_.memory_atoms(o.dims)});
             types_in_.push_back(MemRefType::get({ShapedType::kDynamic}, element_type(ctx_, types_.storage.at(o.name))));
         }
-        for (size_t k = 0; k < plan_.column_outputs.size(); ++k) types_in_.push_back(MemRefType::get({ShapedType::kDynamic}, acc_));
+        for (size_t k = 0; k < plan_.column_outputs.size() + plan_.statistics.size(); ++k)
+            types_in_.push_back(MemRefType::get({ShapedType::kDynamic}, acc_));
         for (size_t i = 0; i < plan_.extent_axes.size(); ++i) types_in_.push_back(b_.getIndexType());
         if (columns()) types_in_.push_back(b_.getIndexType());  // the block count
 
@@ -82,16 +86,18 @@ private:
         atoms_.clear();
         scratch_.clear();
         red_.clear();
+        held_.clear();
         for (size_t i = 0; i < args_.size(); ++i) {
             mem_.push_back(entry.getArgument((unsigned)i));
             atoms_.push_back(args_[i].second);
         }
-        for (size_t k = 0; k < plan_.column_outputs.size(); ++k) scratch_.push_back(entry.getArgument((unsigned)(args_.size() + k)));
+        const size_t nscratch = plan_.column_outputs.size() + plan_.statistics.size();
+        for (size_t k = 0; k < nscratch; ++k) scratch_.push_back(entry.getArgument((unsigned)(args_.size() + k)));
         if (welford)
             for (int k = 0; k < 3; ++k) wg_[k] = fn.getWorkgroupAttributions()[k];
         ext_.assign(spec_.axes.size(), Value());
         extent_f_.assign(spec_.axes.size(), Value());
-        const size_t first_extent = args_.size() + plan_.column_outputs.size();
+        const size_t first_extent = args_.size() + nscratch;
         for (size_t i = 0; i < plan_.extent_axes.size(); ++i) {
             AxisId a = plan_.extent_axes[i];
             ext_[a] = entry.getArgument((unsigned)(first_extent + i));
@@ -130,14 +136,14 @@ private:
 
     // The main kernel of the two-kernel form: block b takes rows [b R, min(rows, (b + 1) R)) with
     // R = ceil(rows / blocks), one row after the other: the row's statistics, the other outputs'
-    // row, and each column output's terms added into its partials[b, kept] (each thread owns the
-    // same kept indices throughout, so no two threads touch one partial; a total sum adds the
-    // block's all-reduce of the row, by thread 0).
+    // row, and each column output's terms added into its partials[b, kept]. A term summed over the
+    // row alone is added by the thread that owns its kept index (each thread owns the same kept
+    // indices throughout, so no two threads touch one partial); a term summed over more axes
+    // (GroupNorm's d_bias over h, w; a total sum) is the block's all-reduce, added by thread 0.
     void build_main(const std::string &name) {
         Env none;
         begin(name, none);
-        const AxisId row = plan_.row_axis;
-        Value rows = ext_[row];
+        Value rows = product(b_, loc_, plan_.row_axes);
         Value one = index_cst(b_, loc_, 1);
         Value per = arith::DivUIOp::create(b_, loc_, arith::SubIOp::create(b_, loc_, arith::AddIOp::create(b_, loc_, rows, blocks_), one), blocks_);
         Value r0 = arith::MulIOp::create(b_, loc_, bid_, per);
@@ -152,48 +158,111 @@ private:
                 return {};
             });
         }
+        gpu::BarrierOp::create(b_, loc_);  // the zeroes are written by other threads than the sums
         auto loop = scf::ForOp::create(b_, loc_, r0, r1, one);
         OpBuilder::InsertionGuard guard(b_);
         b_.setInsertionPoint(loop.getBody()->getTerminator());
         Env env;
-        env[row] = loop.getInductionVar();
+        delinearize(b_, loc_, loop.getInductionVar(), plan_.row_axes, env);
         for (size_t k = 0; k < outs_.size(); ++k) {
             const int c = column_slot(k);
             if (c < 0) {
-                store_output(k, env, {row});
+                store_output(k, env, plan_.row_axes);
                 continue;
             }
             const Node &n = *spec_.values[outs_[k]->value].expr;
             const Node &term = *n.args[0];
             ensure_reductions(term, env);
             const std::vector<AxisId> kept = memory_order(n.axes);
-            if (!kept.empty()) {
-                Value base = arith::MulIOp::create(b_, loc_, bid_, product(b_, loc_, kept));
-                strided_loop(kept, {}, env, [&](OpBuilder &b, Location loc, const Env &e2, ValueRange) -> SmallVector<Value> {
+            Value base = arith::MulIOp::create(b_, loc_, bid_, product(b_, loc_, kept));
+            std::vector<AxisId> free_kept, free_over;
+            for (AxisId a : kept)
+                if (!env.count(a)) free_kept.push_back(a);
+            for (AxisId a : memory_order(n.over))
+                if (!env.count(a)) free_over.push_back(a);
+            if (free_over.empty()) {
+                strided_loop(free_kept, {}, env, [&](OpBuilder &b, Location loc, const Env &e2, ValueRange) -> SmallVector<Value> {
                     Value i = arith::AddIOp::create(b, loc, base, linear(b, loc, kept, e2));
                     Value old = memref::LoadOp::create(b, loc, scratch_[c], ValueRange{i});
                     memref::StoreOp::create(b, loc, arith::AddFOp::create(b, loc, old, eval(b, loc, term, e2)), scratch_[c], ValueRange{i});
                     return {};
                 });
-            } else {
-                std::vector<AxisId> inner;
-                for (AxisId a : n.over)
-                    if (a != row) inner.push_back(a);
-                Value part = strided_loop(memory_order(inner), {emitter_.cst(b_, loc_, 0.0)}, env,
-                                          [&](OpBuilder &b, Location loc, const Env &e2, ValueRange acc) -> SmallVector<Value> {
-                                              return {arith::AddFOp::create(b, loc, acc[0], eval(b, loc, term, e2))};
-                                          })[0];
-                Value s = all_reduce(part, gpu::AllReduceOperation::ADD);
-                Value first = arith::CmpIOp::create(b_, loc_, arith::CmpIPredicate::eq, tid_, index_cst(b_, loc_, 0));
-                scf::IfOp::create(b_, loc_, first, [&](OpBuilder &b, Location loc) {
-                    Value old = memref::LoadOp::create(b, loc, scratch_[c], ValueRange{bid_});
-                    memref::StoreOp::create(b, loc, arith::AddFOp::create(b, loc, old, s), scratch_[c], ValueRange{bid_});
-                    scf::YieldOp::create(b, loc);
-                });
+                continue;
             }
+            serial_loop(free_kept, env, [&](const Env &e2) {
+                Value part = strided_loop(free_over, {emitter_.cst(b_, loc_, 0.0)}, e2,
+                                          [&](OpBuilder &b, Location loc, const Env &e3, ValueRange acc) -> SmallVector<Value> {
+                                              return {arith::AddFOp::create(b, loc, acc[0], eval(b, loc, term, e3))};
+                                          })[0];
+                Value sum = all_reduce(part, gpu::AllReduceOperation::ADD);
+                Value i = arith::AddIOp::create(b_, loc_, base, linear(b_, loc_, kept, e2));
+                if_first_thread([&](OpBuilder &b, Location loc) {
+                    Value old = memref::LoadOp::create(b, loc, scratch_[c], ValueRange{i});
+                    memref::StoreOp::create(b, loc, arith::AddFOp::create(b, loc, old, sum), scratch_[c], ValueRange{i});
+                });
+            });
         }
         b_.setInsertionPointAfter(loop);
         gpu::ReturnOp::create(b_, loc_);
+    }
+
+    // for (i = 0; i < prod(extents of axes); ++i) { body(env + coords(i)) }, every thread of the
+    // block alike (the body may all-reduce); no loop when `axes` is empty.
+    void serial_loop(const std::vector<AxisId> &axes, const Env &env, const std::function<void(const Env &)> &body) {
+        if (axes.empty()) return body(env);
+        auto loop = scf::ForOp::create(b_, loc_, index_cst(b_, loc_, 0), product(b_, loc_, axes), index_cst(b_, loc_, 1));
+        OpBuilder::InsertionGuard guard(b_);
+        b_.setInsertionPoint(loop.getBody()->getTerminator());
+        Env env2 = env;
+        delinearize(b_, loc_, loop.getInductionVar(), axes, env2);
+        body(env2);
+    }
+
+    void if_first_thread(const std::function<void(OpBuilder &, Location)> &body) {
+        Value first = arith::CmpIOp::create(b_, loc_, arith::CmpIPredicate::eq, tid_, index_cst(b_, loc_, 0));
+        scf::IfOp::create(b_, loc_, first, [&](OpBuilder &b, Location loc) {
+            body(b, loc);
+            scf::YieldOp::create(b, loc);
+        });
+    }
+
+    // A statistic that keeps axes beyond the rows (CudaPlan::statistics): for the block's current
+    // row, its value at every index of those axes into the block's part of its scratch buffer
+    // (thread 0 writes; barriers on both sides, since the previous row's readers may still be at
+    // work and every thread reads the result).
+    void hold(const Node &n, size_t s, const Env &env) {
+        ensure_reductions(*n.args[0], env);
+        if (n.reduce == ReduceOp::Var)
+            if (const Node *m = find_mean_like(spec_, n)) reduce(*m, env);  // the variance's own mean, held first
+        const CudaPlan::Statistic &st = plan_.statistics[s];
+        Value base = arith::MulIOp::create(b_, loc_, bid_, product(b_, loc_, st.axes));
+        gpu::BarrierOp::create(b_, loc_);
+        holding_ = true;
+        serial_loop(st.axes, env, [&](const Env &e2) {
+            ScopedLoc at(loc_, node_loc(&ctx_, spec_, n, loc_));
+            const Env *saved = env_;
+            env_ = &e2;
+            Value r = ReductionAlgorithm<CudaLowerer>(*this, spec_).reduction(n);
+            env_ = saved;
+            Value i = arith::AddIOp::create(b_, loc_, base, linear(b_, loc_, st.axes, e2));
+            if_first_thread([&](OpBuilder &b, Location loc) { memref::StoreOp::create(b, loc, r, scratch_[plan_.column_outputs.size() + s], ValueRange{i}); });
+        });
+        holding_ = false;
+        gpu::BarrierOp::create(b_, loc_);
+        held_.insert(&n);
+    }
+
+    // The held statistic at `env` (which binds its axes).
+    Value held_value(OpBuilder &b, Location loc, size_t s, const Env &env) {
+        const CudaPlan::Statistic &st = plan_.statistics[s];
+        Value i = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, bid_, product(b, loc, st.axes)), linear(b, loc, st.axes, env));
+        return memref::LoadOp::create(b, loc, scratch_[plan_.column_outputs.size() + s], ValueRange{i});
+    }
+
+    int statistic_slot(const Node &n) const {
+        for (size_t s = 0; s < plan_.statistics.size(); ++s)
+            if (plan_.statistics[s].node == &n) return (int)s;
+        return -1;
     }
 
     // The final kernel: each column output's element i (thread i of the grid) is the sum of its
@@ -265,6 +334,8 @@ private:
     Value tid_, nthreads_, bid_, blocks_, wg_[3];
     ExprEmitter emitter_;
     std::map<const Node *, Value> red_;
+    std::set<const Node *> held_;  // statistics held in scratch for the current row
+    bool holding_ = false;         // inside hold()'s loop
 
     // Axes in memory order (the first input's when it has them), so that consecutive threads touch
     // consecutive elements.
@@ -304,7 +375,10 @@ private:
     Value eval(OpBuilder &b, Location loc, const Node &e, const Env &env) {
         std::map<std::pair<int, std::vector<std::pair<AxisId, int64_t>>>, Value> loaded;  // one load per element per evaluation
         return emitter_.emit(b, loc, e, [&](OpBuilder &bb, Location ll, const Node &leaf) -> Value {
-            if (leaf.kind == Node::Reduce) return red_.at(&leaf);
+            if (leaf.kind == Node::Reduce) {
+                if (int s = statistic_slot(leaf); s >= 0) return held_value(bb, ll, (size_t)s, env);
+                return red_.at(&leaf);
+            }
             Value &v = loaded[{leaf.index, leaf.at}];
             if (v) return v;
             Env at = env;  // an indexed parameter (weight[0]): its fixed axes at their constants
@@ -413,6 +487,16 @@ public:
 
     Value reduce(const Node &n, const Env &env) {
         if (auto it = red_.find(&n); it != red_.end()) return it->second;
+        if (int s = statistic_slot(n); s >= 0) {
+            if (!held_.count(&n)) {
+                // Held before any loop that reads it (ensure_reductions, hold's own mean first).
+                if (holding_) throw std::logic_error("mlir-cuda: statistic '" + plan_.statistics[s].name + "' needed inside another's loop");
+                hold(n, (size_t)s, env);
+            }
+            for (AxisId a : plan_.statistics[s].axes)
+                if (!env.count(a)) return Value();  // held; read where its axes are bound
+            return held_value(b_, loc_, (size_t)s, env);
+        }
         ensure_reductions(*n.args[0], env);
         ScopedLoc at(loc_, node_loc(&ctx_, spec_, n, loc_));  // the reduction's ops carry its location
         const Env *saved = env_;
@@ -433,12 +517,27 @@ CudaPlan cuda_plan(const NormSpec &spec, const KernelPlan &plan, const ScheduleR
     if (!plan.cuda_refusal.empty()) throw UserError(plan.cuda_refusal);
     CudaPlan p;
     p.block_axes = plan.cuda_block_axes;
-    if (!plan.column_sums.empty()) {
+    if (!plan.cuda_row_axes.empty()) {
         // The two-kernel form: blocks of rows (the block count is an argument, not a grid axis).
-        p.column_outputs = plan.column_sums;
-        p.row_axis = plan.main_order.at(0);
+        p.column_outputs = plan.cuda_columns;
+        p.row_axes = plan.cuda_row_axes;
         p.block_axes.clear();
         p.column_blocks = (int)schedule.get("column_blocks");
+        auto contains = [](const std::vector<AxisId> &v, AxisId a) { return std::find(v.begin(), v.end(), a) != v.end(); };
+        for (const PlanStage &st : plan.stages)
+            for (const NodePtr &n : st.reductions) {
+                bool column = false;
+                for (int o : plan.cuda_columns) column = column || spec.values[spec.outputs[o].value].expr.get() == n.get();
+                if (column) continue;
+                CudaPlan::Statistic stat{n.get(), {}, ""};
+                for (AxisId a : plan.main_order)
+                    if (contains(n->axes, a) && !contains(p.row_axes, a)) stat.axes.push_back(a);
+                if (stat.axes.empty()) continue;
+                for (const ValueDef &v : spec.values)
+                    if (v.expr.get() == n.get()) stat.name = v.name;
+                if (stat.name.empty()) stat.name = "r" + std::to_string(p.statistics.size());
+                p.statistics.push_back(stat);
+            }
     }
     for (size_t a = 0; a < spec.axes.size(); ++a)
         if (!spec.axes[a].is_split()) p.extent_axes.push_back((AxisId)a);

@@ -153,6 +153,7 @@ TEST_CASE("backward plans: parameter gradients summed over the rows make a row l
         {"dyt", {L::Row, "d_alpha,d_weight,d_bias"}},  // d_alpha: a total sum over rows x d
     };
     size_t files = 0, with_columns = 0;
+    std::map<std::string, std::string> rows_form;
     for (const auto &entry : std::filesystem::directory_iterator(std::string(NORMGEN_SOURCE_DIR) + "/dsl/catalog")) {
         if (entry.path().extension() != ".norm") continue;
         const NormSpec fwd = load_norm_file(entry.path().string());
@@ -183,6 +184,29 @@ TEST_CASE("backward plans: parameter gradients summed over the rows make a row l
             CHECK(p.kernels[0].role == "main");
             CHECK(p.kernels[1].role == "final");
             CHECK(p.kernels[1].outputs.size() == p.column_sums.size());
+        } else if (!p.cuda_columns.empty()) {
+            // A root plan on CUDA: blocks of rows over the axes every statistic keeps; the column
+            // outputs sum over at least one of them and nothing else reads them.
+            CHECK(p.layout == L::Root);
+            CHECK(p.cuda_refusal == "");
+            CHECK(p.cuda_block_axes == p.cuda_row_axes);
+            for (const PlanStage &st : p.stages)
+                for (const NodePtr &n : st.reductions) {
+                    bool column = false;
+                    for (int o : p.cuda_columns) column = column || spec.values[spec.outputs[o].value].expr.get() == n.get();
+                    if (column) continue;
+                    for (AxisId a : p.cuda_row_axes) CHECK(std::count(n->axes.begin(), n->axes.end(), a) == 1);
+                }
+            for (int o : p.cuda_columns) {
+                const Node &e = *spec.values[spec.outputs[o].value].expr;
+                bool over_row = false;
+                for (AxisId a : e.over) over_row = over_row || std::count(p.cuda_row_axes.begin(), p.cuda_row_axes.end(), a);
+                CHECK(over_row);
+            }
+            REQUIRE(p.kernels.size() == 2);
+            CHECK(p.kernels[1].outputs.size() == p.cuda_columns.size());
+            CHECK(plan_json(spec, p)["cuda"]["columns"].size() == p.cuda_columns.size());
+            rows_form[fwd.name] = names(spec, p.cuda_row_axes);
         } else {
             CHECK(p.kernels.size() == 1);
         }
@@ -195,4 +219,8 @@ TEST_CASE("backward plans: parameter gradients summed over the rows make a row l
     }
     CHECK(files >= 20);
     CHECK(with_columns >= 5);
+    // GroupNorm's rows: one group of one sample (its per-channel sum over h, w is held per block on
+    // CUDA); QKNorm's: one head of one token (d_weight sums over all three).
+    CHECK(rows_form == std::map<std::string, std::string>{
+                           {"group_norm_nchw", "n,g"}, {"group_norm_nhwc", "n,g"}, {"qk_norm", "b,t,heads"}});
 }

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -81,10 +82,12 @@ TEST_CASE("every catalog layer has sm_90 kernels for every storage type, assembl
     }
 }
 
-TEST_CASE("every backward but GroupNorm's and QKNorm's has sm_90 kernels; the two-kernel form names its partials and both entries", "[cuda][grad]") {
+TEST_CASE("every backward has sm_90 kernels: the two-kernel form names its partials, its held statistics and both entries", "[cuda][grad]") {
     Registry reg = Registry::load(default_manifest_path(), kKernelTable, kKernelTableSize);
     const std::string dir = std::filesystem::path(default_manifest_path()).parent_path().string();
     std::set<std::string> grads, cuda, two_kernel;
+    std::map<std::string, std::set<std::string>> held;
+    std::map<std::string, std::vector<std::string>> rows;
     for (const Registry::Kernel *k : reg.kernels()) {
         if (k->grad_of.empty()) continue;
         grads.insert(k->layer);
@@ -96,15 +99,29 @@ TEST_CASE("every backward but GroupNorm's and QKNorm's has sm_90 kernels; the tw
         CHECK(k->cuda.final_entry == k->cuda.entry + "_final");
         CHECK(k->cuda.grid_axes.empty());  // the grid is the block count, an argument
         CHECK(k->cuda.column_blocks >= 1);
-        CHECK(k->spec->find_axis(k->cuda.row_axis) >= 0);
+        REQUIRE(!k->cuda.row_axes.empty());
+        for (const std::string &ax : k->cuda.row_axes) CHECK(k->spec->find_axis(ax) >= 0);
         REQUIRE(!k->cuda.scratch.empty());
+        bool partials_first = true, seen_statistic = false;
         for (const auto &sc : k->cuda.scratch) {
-            bool output = false;
-            for (const KernelArg &a : k->args) output = output || (a.name == sc.output && a.role == KernelArg::Output);
-            CHECK(output);
-            for (const std::string &ax : sc.axes) CHECK(ax != k->cuda.row_axis);
+            INFO(sc.output << sc.statistic);
+            CHECK(sc.output.empty() != sc.statistic.empty());
+            if (sc.statistic.empty()) {
+                partials_first = partials_first && !seen_statistic;
+                bool output = false;
+                for (const KernelArg &a : k->args) output = output || (a.name == sc.output && a.role == KernelArg::Output);
+                CHECK(output);
+            } else {
+                seen_statistic = true;
+                CHECK(!sc.axes.empty());  // a statistic is held only for the axes beyond the rows
+                for (const std::string &ax : sc.axes)
+                    CHECK(std::find(k->cuda.row_axes.begin(), k->cuda.row_axes.end(), ax) == k->cuda.row_axes.end());
+                held[k->layer].insert(sc.statistic);
+            }
             CHECK(sc.dtype == DType::F32);  // the catalog accumulates in f32
         }
+        CHECK(partials_first);  // the kernels take the partials, then the statistics
+        rows[k->layer] = k->cuda.row_axes;
         std::ifstream ptx(dir + "/" + k->cuda.ptx);
         std::string text((std::istreambuf_iterator<char>(ptx)), std::istreambuf_iterator<char>());
         CHECK(text.find(".entry " + k->cuda.entry + "(") != std::string::npos);
@@ -118,12 +135,18 @@ TEST_CASE("every backward but GroupNorm's and QKNorm's has sm_90 kernels; the tw
     std::set<std::string> missing;
     for (const std::string &l : grads)
         if (!cuda.count(l)) missing.insert(l);
-    // GroupNorm's backward keeps a statistic per channel inside a group (sum over h, w): not per
-    // block, which the CUDA plan refuses with a located message; CPU kernels only.
-    // QKNorm's rows are three axes (b, t, heads): its weight gradient sums over all three, which the
-    // two-kernel form (one row axis) does not take yet.
-    CHECK(missing == std::set<std::string>{"group_norm_nchw_grad", "group_norm_nhwc_grad", "qk_norm_grad"});
-    for (const char *l : {"layer_norm_grad", "rms_norm_grad", "dyt_grad", "fused_add_rms_norm_grad"}) CHECK(two_kernel.count(l));
+    CHECK(missing.empty());
+    for (const char *l : {"layer_norm_grad", "rms_norm_grad", "dyt_grad", "fused_add_rms_norm_grad", "group_norm_nchw_grad", "group_norm_nhwc_grad",
+                          "qk_norm_grad"})
+        CHECK(two_kernel.count(l));
+    // GroupNorm: a row is one group of one sample; the sum over h, w per channel (t3) is held per
+    // block. QKNorm: a row is one head of one token, d_weight sums over all three.
+    CHECK(rows["group_norm_nchw_grad"] == std::vector<std::string>{"n", "g"});
+    CHECK(rows["group_norm_nhwc_grad"] == std::vector<std::string>{"n", "g"});
+    CHECK(held["group_norm_nchw_grad"] == std::set<std::string>{"t3"});
+    CHECK(rows["qk_norm_grad"] == std::vector<std::string>{"b", "t", "heads"});
+    CHECK(held["qk_norm_grad"].empty());
+    CHECK(held["layer_norm_grad"].empty());
     CHECK(!two_kernel.count("batch_norm_train_grad"));  // a block per channel: its statistics are per block already
 }
 
