@@ -167,10 +167,31 @@ Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
     }
     for (const Var &v : f.args())
         if (v.name() == p.vars[inner].name()) {
-            std::vector<VarOrRVar> order{v};
-            for (int k = 0; k < u.rdom.dimensions(); ++k) order.push_back(u.rdom[k]);
-            f.update().reorder(order);
-            f.update().vectorize(v, vw, TailStrategy::GuardWithIf);
+            // The statistic keeps the contiguous axis (a channels-last BatchNorm's c, a weight
+            // gradient's d): vectorize along it, each lane a sum over every reduced element. That
+            // sum is blocked, or its f32 error grows with its length (BatchNorm over n, h, w with
+            // 2.4M elements a channel was 50x past the verifier's bound): the reduced axes run as
+            // one loop (fused), cut into blocks of sum_block terms a lane adds, and the block sums
+            // again in blocks, three levels, each a vectorized partial computed at `at`; the last
+            // adds what remains (N / sum_block^3 terms).
+            if (!u.associative) return Func();
+            RVar fused(u.rdom[0].name());
+            for (int k = 1; k < u.rdom.dimensions(); ++k) {
+                RVar next(fused.name() + "_" + u.rdom[k].name());
+                f.update().fuse(fused, RVar(u.rdom[k].name()), next);
+                fused = next;
+            }
+            RVar level = fused;
+            for (int l = 0; l < 3; ++l) {
+                RVar lo("p" + std::to_string(l) + "_o"), li("p" + std::to_string(l) + "_i");
+                Var blk("p" + std::to_string(l) + "_block");
+                f.update().split(level, lo, li, s.sum_block, TailStrategy::GuardWithIf);
+                Func part = f.update().rfactor(lo, blk);
+                part.compute_at(at).vectorize(v, vw, TailStrategy::GuardWithIf);
+                part.update().reorder(v, li, blk).vectorize(v, vw, TailStrategy::GuardWithIf);
+                level = lo;
+            }
+            f.update().reorder(v, level).vectorize(v, vw, TailStrategy::GuardWithIf);
             return Func();
         }
     return Func();
