@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what normgen needs, idempotently and pinned:
-#   - Debian packages (MLIR/LLVM 22, Catch2 v2, Google Benchmark, oneDNN, libtorch, PoCL, ccache, numpy,
-#     Clang with libFuzzer for scripts/fuzz.sh)
+#   - Debian packages (MLIR/LLVM 22, Catch2 v2, Google Benchmark, oneDNN, libtorch and python3-torch
+#     with pytest (the PyTorch operators, python/), PoCL, ccache, numpy, Clang with libFuzzer for
+#     scripts/fuzz.sh)
 #   - a project-local venv (.venv/) holding Halide 21 from PyPI (C++ library, headers, CMake package)
 #     and a newer CMake if the system's is older than Halide's package needs.
 # Safe to run repeatedly: it does nothing when everything is already present.
@@ -14,7 +15,7 @@ DEBIAN_PACKAGES=(
   build-essential ninja-build ccache python3-venv python3-numpy
   llvm-22-dev libmlir-22-dev mlir-22-tools
   catch2 libbenchmark-dev nlohmann-json3-dev
-  libdnnl-dev libtorch-dev
+  libdnnl-dev libtorch-dev python3-torch python3-pytest
   ocl-icd-opencl-dev pocl-opencl-icd
   python3-matplotlib
   clang libclang-rt-14-dev

@@ -6,6 +6,7 @@
 #include "codegen/common/schedule_record.h"
 #include "codegen/driver/catalog_table.h"
 #include "codegen/driver/describe.h"
+#include "codegen/driver/torch_cmd.h"
 #include "runtime/reference/invariants.h"
 #include "codegen/driver/report.h"
 #include "codegen/halide/aot.h"
@@ -112,6 +113,12 @@ commands:
                         Merge the manifests of several compiles into one manifest and one
                         kernel table (file paths made relative to M.json's folder; a
                         kernel listed twice is refused). normgen_add_kernels() runs it.
+  torch FILE.norm... -o DIR [--name NAME] [--dtype f32,bf16] [--backend halide|mlir]
+                        A PyTorch extension for the declarations: torch.ops.normgen.<layer>
+                        and <layer>_backward, built into DIR/lib<NAME>.so (a CMake project:
+                        normgen_add_kernels GRAD ON + normgen_add_torch_ops); from Python,
+                        normgen.torch.load(DIR) gives autograd functions and nn.Modules.
+                        (normgen torch --help)
   run FILE --in NAME=FILE.npy... --out DIR [--backend reference|halide|mlir]
            [--dtype f32|bf16|f16] [--target host|x86-64-avx2] [--set NAME=VALUE...]
            [--schedule KNOBS|FILE.json]
@@ -452,7 +459,7 @@ int dispatch(const std::vector<std::string> &args) {
     }
     for (const auto &a : args)
         if (a == "-h" || a == "--help") {
-            std::cout << kUsage;
+            std::cout << (args[0] == "torch" ? kTorchUsage : kUsage);
             return 0;
         }
     std::string cmd = args[0];
@@ -468,6 +475,7 @@ int dispatch(const std::vector<std::string> &args) {
         return 0;
     }
     if (cmd == "grad") return cmd_grad(rest);
+    if (cmd == "torch") return cmd_torch(rest);
     if (cmd == "describe") return cmd_describe(rest);
     if (cmd == "merge") return cmd_merge(rest);
     if (cmd == "run") return cmd_run_any(rest);

@@ -1,0 +1,1 @@
+"""normgen from Python: `normgen.torch` loads the PyTorch operators of a kernel library."""

@@ -1,0 +1,267 @@
+// The PyTorch operators of a kernel library: torch.ops.normgen.<layer> for every forward layer of
+// the registry it is linked with, and torch.ops.normgen.<layer>_backward for every backward
+// (`normgen grad`, the library built with GRAD ON). One boxed kernel serves them all: the schema
+// is written from the declaration, the call is checked and run through the registry
+// (runtime/run.h). torch.ops.normgen._layers_<library>() describes the library's layers as JSON for the Python side
+// (python/normgen/torch.py: autograd, modules).
+//
+// Schemas. Forward: the declaration's inputs and parameters in declaration order (an input an
+// output `updates` is annotated Tensor(a!): written in place), then keyword arguments: every
+// `const` with its declared value and `saved` (also return the optional outputs, the statistics
+// the backward reads). Returns Tensor[]: the outputs that update no input, in declaration order
+// (optional ones only when saved=True). Backward: the backward declaration's inputs, same rules,
+// returning its outputs (d_<name>). The kernel is the registry's for the first input's dtype
+// (float32, bfloat16, float16) on this CPU.
+//
+// Errors, before anything is written: a tensor of another dtype than the kernel's (TypeError), on
+// another device than the CPU or not contiguous (RuntimeError), of the wrong shape (RuntimeError,
+// from the registry's checks, naming the tensor and the expected shape); a const given another
+// value than the kernel was compiled with (ValueError: the constants are part of the kernel).
+#include "runtime/kernel_table.h"
+#include "runtime/registry.h"
+#include "runtime/run.h"
+#include "runtime/shapes.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+
+namespace {
+
+using normgen::DType;
+using normgen::NormSpec;
+using normgen::Registry;
+
+const Registry &registry() {
+    static const Registry reg = Registry::load(normgen::default_manifest_path(), normgen::kKernelTable, normgen::kKernelTableSize);
+    return reg;
+}
+
+// A const as the schema's default: as written in the declaration (1e-5), as a float literal.
+std::string const_text(const normgen::ConstInfo &c) {
+    std::ostringstream o;
+    o.precision(17);
+    o << c.value;
+    std::string s = c.spelling.empty() ? o.str() : c.spelling;
+    if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+    return s;
+}
+
+// One operator: a layer (forward, or backward of `grad_of`).
+struct Op {
+    std::string layer, op;
+    bool backward = false;
+    std::shared_ptr<const NormSpec> spec;
+};
+
+std::map<std::string, Op> &ops() {
+    static std::map<std::string, Op> m;
+    return m;
+}
+
+std::string schema_of(const Op &o) {
+    const NormSpec &s = *o.spec;
+    std::string sig = o.op + "(";
+    char alias = 'a';
+    for (size_t i = 0; i < s.tensors.size(); ++i) {
+        bool updated = false;
+        for (const normgen::OutputInfo &out : s.outputs) updated = updated || out.updates == s.tensors[i].name;
+        sig += (i ? ", " : "") + std::string(updated ? std::string("Tensor(") + alias++ + "!) " : "Tensor ") + s.tensors[i].name;
+    }
+    std::vector<std::string> keywords;
+    for (const normgen::ConstInfo &c : s.consts) keywords.push_back("float " + c.name + "=" + const_text(c));
+    if (!o.backward) keywords.push_back("bool saved=False");
+    if (!keywords.empty()) sig += s.tensors.empty() ? "*" : ", *";
+    for (const std::string &k : keywords) sig += ", " + k;
+    return sig + ") -> Tensor[]";
+}
+
+DType dtype_of(const at::Tensor &t, const std::string &what) {
+    switch (t.scalar_type()) {
+    case at::kFloat: return DType::F32;
+    case at::kBFloat16: return DType::BF16;
+    case at::kHalf: return DType::F16;
+    case at::kDouble: return DType::F64;
+    default: TORCH_CHECK_TYPE(false, what, " has dtype ", t.scalar_type(), "; normgen kernels take float32, bfloat16 or float16");
+    }
+    return DType::F32;
+}
+
+at::ScalarType scalar_of(DType t) {
+    switch (t) {
+    case DType::F32: return at::kFloat;
+    case DType::BF16: return at::kBFloat16;
+    case DType::F16: return at::kHalf;
+    case DType::F64: return at::kDouble;
+    }
+    return at::kFloat;
+}
+
+void run_op(const c10::OperatorHandle &handle, torch::jit::Stack *stack) {
+    const c10::FunctionSchema &schema = handle.schema();
+    const std::string name = schema.name().substr(schema.name().find("::") + 2);
+    const Op &o = ops().at(name);
+    const NormSpec &spec = *o.spec;
+    const std::string who = "normgen::" + o.op;
+    std::vector<c10::IValue> args = torch::jit::pop(*stack, schema.arguments().size());
+
+    // The kernel: the first input's dtype, with or without the optional outputs.
+    TORCH_CHECK(!spec.tensors.empty(), who, ": the layer has no input tensors");
+    const bool saved = !o.backward && args.back().toBool();
+    std::vector<at::Tensor> tensors;
+    for (size_t i = 0; i < spec.tensors.size(); ++i) {
+        const std::string what = who + ": tensor '" + spec.tensors[i].name + "'";
+        TORCH_CHECK(args[i].isTensor() && args[i].toTensor().defined(), what, " is missing");
+        tensors.push_back(args[i].toTensor());
+    }
+    const DType dtype = dtype_of(tensors[0], who + ": tensor '" + spec.tensors[0].name + "'");
+    const Registry::Kernel *k = o.backward ? registry().select_grad(o.layer, dtype) : registry().select(o.layer, dtype, saved);
+    TORCH_CHECK_TYPE(k, who, ": no ", normgen::dtype_name(dtype), " kernel for this CPU in ", registry().path(), " (the declaration allows ",
+                     [&] {
+                         std::string s;
+                         for (DType t : spec.storage_of(spec.tensors[0].name)) s += (s.empty() ? "" : ", ") + std::string(normgen::dtype_name(t));
+                         return s;
+                     }(),
+                     " for '", spec.tensors[0].name, "')");
+    // The constants are compiled into the kernel.
+    for (size_t c = 0; c < spec.consts.size(); ++c) {
+        const double v = args[spec.tensors.size() + c].toDouble(), want = spec.consts[c].value;
+        TORCH_CHECK_VALUE(v == want || std::fabs(v - want) <= 1e-12 * std::fabs(want), who, ": ", spec.consts[c].name, "=", v,
+                          ", but the kernel is compiled with ", spec.consts[c].name, "=", const_text(spec.consts[c]),
+                          " (a const is part of the declaration: declare a variant with the value you want)");
+    }
+
+    std::map<std::string, std::vector<int64_t>> shapes;
+    std::map<std::string, normgen::TensorView> views;
+    for (size_t i = 0; i < spec.tensors.size(); ++i) {
+        const at::Tensor &t = tensors[i];
+        const std::string &tn = spec.tensors[i].name;
+        const normgen::KernelArg *a = nullptr;
+        for (const normgen::KernelArg &ka : k->args)
+            if (ka.name == tn) a = &ka;
+        TORCH_CHECK(a, who, ": the kernel has no argument '", tn, "'");
+        TORCH_CHECK(t.device().is_cpu(), who, ": tensor '", tn, "' is on ", t.device(), "; the kernels run on the CPU");
+        TORCH_CHECK_TYPE(t.scalar_type() == scalar_of(a->dtype), who, ": tensor '", tn, "' has dtype ", t.scalar_type(), ", expected ",
+                         scalar_of(a->dtype), " (the ", normgen::dtype_name(dtype), " kernel)");
+        TORCH_CHECK(t.is_contiguous(), who, ": tensor '", tn, "' is not contiguous (shape ", t.sizes(), ", strides ", t.strides(),
+                    "); call .contiguous() first");
+        shapes[tn] = t.sizes().vec();
+        views[tn] = normgen::TensorView{t.data_ptr(), a->dtype, t.sizes().vec(), {}};
+    }
+    normgen::AxisExtents ext;
+    try {
+        ext = normgen::bind_axes(spec, shapes);
+    } catch (const std::exception &e) {
+        TORCH_CHECK(false, who, ": ", e.what());
+    }
+    std::vector<at::Tensor> result;
+    for (const normgen::KernelArg &a : k->args) {
+        if (a.role != normgen::KernelArg::Output) continue;
+        const normgen::OutputInfo *out = spec.find_output(a.name);
+        if (!a.updates.empty()) {
+            // Written in place into the input it updates.
+            const at::Tensor &t = tensors[spec.find_tensor(a.updates) - spec.tensors.data()];
+            TORCH_CHECK_TYPE(t.scalar_type() == scalar_of(a.dtype), who, ": tensor '", a.updates, "' (updated in place by '", a.name,
+                             "') has dtype ", t.scalar_type(), ", expected ", scalar_of(a.dtype));
+            views[a.name] = normgen::TensorView{t.data_ptr(), a.dtype, t.sizes().vec(), {}};
+            continue;
+        }
+        at::Tensor t = at::empty(normgen::physical_shape(spec, out->dims, ext), at::TensorOptions().dtype(scalar_of(a.dtype)));
+        views[a.name] = normgen::TensorView{t.data_ptr(), a.dtype, t.sizes().vec(), {}};
+        result.push_back(t);
+    }
+    try {
+        normgen::run_kernel(*k, views);
+    } catch (const std::exception &e) {
+        TORCH_CHECK(false, who, ": ", e.what());
+    }
+    torch::jit::push(*stack, c10::IValue(c10::List<at::Tensor>(result)));
+}
+
+nlohmann::json describe(const NormSpec &spec) {
+    nlohmann::json j;
+    j["name"] = spec.name;
+    nlohmann::json tensors = nlohmann::json::array(), outputs = nlohmann::json::array(), consts = nlohmann::json::object(),
+                   axes = nlohmann::json::object();
+    for (const normgen::TensorInfo &t : spec.tensors) {
+        nlohmann::json dims = nlohmann::json::array();
+        for (normgen::AxisId a : t.dims) dims.push_back(spec.axes[a].name);
+        // Whether its storage type is the call's (a storage group with more than one type) or fixed.
+        const bool follows = spec.storage_of(t.name).size() > 1;
+        tensors.push_back({{"name", t.name}, {"role", t.role == normgen::TensorInfo::Param ? "param" : "input"}, {"dims", dims},
+                           {"follows_dtype", follows}});
+    }
+    for (const normgen::OutputInfo &o : spec.outputs) {
+        nlohmann::json dims = nlohmann::json::array();
+        for (normgen::AxisId a : o.dims) dims.push_back(spec.axes[a].name);
+        outputs.push_back({{"name", o.name}, {"dims", dims}, {"optional", o.optional}, {"updates", o.updates}});
+    }
+    for (const normgen::ConstInfo &c : spec.consts) consts[c.name] = c.value;
+    for (const normgen::Axis &a : spec.axes) {
+        nlohmann::json parts = nlohmann::json::array();
+        for (normgen::AxisId p : a.parts) parts.push_back(spec.axes[p].name);
+        axes[a.name] = {{"parts", parts}, {"fixed", a.fixed_extent ? nlohmann::json(*a.fixed_extent) : nlohmann::json()}};
+    }
+    j["tensors"] = tensors;
+    j["outputs"] = outputs;
+    j["consts"] = consts;
+    j["axes"] = axes;
+    return j;
+}
+
+std::string layers_json() {
+    nlohmann::json layers = nlohmann::json::object();
+    for (const auto &[name, o] : ops()) {
+        if (o.backward) continue;
+        nlohmann::json l = describe(*o.spec);
+        l["op"] = o.op;
+        std::set<std::string> dtypes;
+        for (const Registry::Kernel *k : registry().kernels())
+            if (k->layer == o.layer && k->device == normgen::Device::Cpu && k->runs_here()) dtypes.insert(normgen::dtype_name(k->dtype));
+        l["dtypes"] = dtypes;
+        auto g = ops().find(o.layer + "_backward");
+        if (g != ops().end()) {
+            nlohmann::json b = describe(*g->second.spec);
+            b["op"] = g->second.op;
+            l["backward"] = b;
+        }
+        layers[o.layer] = l;
+    }
+    return layers.dump();
+}
+
+void layers_op(const c10::OperatorHandle &, torch::jit::Stack *stack) { torch::jit::push(*stack, c10::IValue(layers_json())); }
+
+}  // namespace
+
+#ifndef NORMGEN_TORCH_LIBRARY
+#define NORMGEN_TORCH_LIBRARY "normgen_torch"
+#endif
+
+// A fragment: several libraries (the catalog's, a project's) may add to torch.ops.normgen in one
+// process; an operator another library already registered keeps that library's.
+TORCH_LIBRARY_FRAGMENT(normgen, m) {
+    const Registry &reg = registry();
+    for (const Registry::Kernel *k : reg.kernels()) {
+        if (k->device != normgen::Device::Cpu) continue;
+        Op o;
+        o.backward = !k->grad_of.empty();
+        o.layer = o.backward ? k->grad_of : k->layer;
+        o.op = o.backward ? k->grad_of + "_backward" : k->layer;
+        o.spec = k->spec;
+        if (ops().count(o.op) || c10::Dispatcher::singleton().findSchema({"normgen::" + o.op, ""})) continue;
+        ops()[o.op] = o;
+        m.def(schema_of(o).c_str(), torch::CppFunction::makeFromBoxedFunction<&run_op>());
+    }
+    // This library's layers, for the Python side: normgen::_layers_<library>() (lib<library>.so).
+    m.def((std::string("_layers_") + NORMGEN_TORCH_LIBRARY + "() -> str").c_str(), torch::CppFunction::makeFromBoxedFunction<&layers_op>());
+}
