@@ -28,9 +28,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -61,6 +64,7 @@ struct Op {
     std::string layer, op;
     bool backward = false;
     std::shared_ptr<const NormSpec> spec;
+    mutable std::map<std::pair<DType, bool>, const Registry::Kernel *> kernels;  // select()'s choice, cached
 };
 
 std::map<std::string, Op> &ops() {
@@ -106,13 +110,17 @@ at::ScalarType scalar_of(DType t) {
     return at::kFloat;
 }
 
-void run_op(const c10::OperatorHandle &handle, torch::jit::Stack *stack) {
-    const c10::FunctionSchema &schema = handle.schema();
-    const std::string name = schema.name().substr(schema.name().find("::") + 2);
-    const Op &o = ops().at(name);
+// A checked call, ready to run: the kernel, the views of every argument, the new outputs.
+struct Call {
+    const Registry::Kernel *k = nullptr;
+    std::map<std::string, normgen::TensorView> views;
+    std::vector<at::Tensor> result;
+};
+
+// `args`: the schema's arguments (tensors, consts, saved).
+Call prepare(const Op &o, const std::vector<c10::IValue> &args) {
     const NormSpec &spec = *o.spec;
     const std::string who = "normgen::" + o.op;
-    std::vector<c10::IValue> args = torch::jit::pop(*stack, schema.arguments().size());
 
     // The kernel: the first input's dtype, with or without the optional outputs.
     TORCH_CHECK(!spec.tensors.empty(), who, ": the layer has no input tensors");
@@ -124,7 +132,14 @@ void run_op(const c10::OperatorHandle &handle, torch::jit::Stack *stack) {
         tensors.push_back(args[i].toTensor());
     }
     const DType dtype = dtype_of(tensors[0], who + ": tensor '" + spec.tensors[0].name + "'");
-    const Registry::Kernel *k = o.backward ? registry().select_grad(o.layer, dtype) : registry().select(o.layer, dtype, saved);
+    const Registry::Kernel *k = nullptr;
+    {
+        static std::mutex mu;  // calls may come from several threads
+        std::lock_guard<std::mutex> lock(mu);
+        const Registry::Kernel *&cached = o.kernels[{dtype, saved}];  // chosen once per dtype and variant
+        if (!cached) cached = o.backward ? registry().select_grad(o.layer, dtype) : registry().select(o.layer, dtype, saved);
+        k = cached;
+    }
     TORCH_CHECK_TYPE(k, who, ": no ", normgen::dtype_name(dtype), " kernel for this CPU in ", registry().path(), " (the declaration allows ",
                      [&] {
                          std::string s;
@@ -179,12 +194,51 @@ void run_op(const c10::OperatorHandle &handle, torch::jit::Stack *stack) {
         views[a.name] = normgen::TensorView{t.data_ptr(), a.dtype, t.sizes().vec(), {}};
         result.push_back(t);
     }
+    return Call{k, std::move(views), std::move(result)};  // run_kernel checks the call before it writes
+}
+
+void run(const Op &o, const Call &c) {
     try {
-        normgen::run_kernel(*k, views);
+        normgen::run_kernel(*c.k, c.views);
     } catch (const std::exception &e) {
-        TORCH_CHECK(false, who, ": ", e.what());
+        TORCH_CHECK(false, "normgen::", o.op, ": ", e.what());
     }
-    torch::jit::push(*stack, c10::IValue(c10::List<at::Tensor>(result)));
+}
+
+void run_op(const c10::OperatorHandle &handle, torch::jit::Stack *stack) {
+    const c10::FunctionSchema &schema = handle.schema();
+    const Op &o = ops().at(schema.name().substr(schema.name().find("::") + 2));
+    const std::vector<c10::IValue> args = torch::jit::pop(*stack, schema.arguments().size());
+    Call c = prepare(o, args);
+    run(o, c);
+    torch::jit::push(*stack, c10::IValue(c10::List<at::Tensor>(c.result)));
+}
+
+// _kernel_seconds_<library>(str op, Tensor[] tensors, bool saved, int reps) -> float: the median
+// over 5 rounds of the mean seconds of `reps` calls of run_kernel alone (the C++ API, no
+// dispatcher, no allocation) on one prepared call: the benchmark's measure of the binding's cost.
+void kernel_seconds_op(const c10::OperatorHandle &, torch::jit::Stack *stack) {
+    std::vector<c10::IValue> in = torch::jit::pop(*stack, 4);
+    const std::string name = in[0].toStringRef();
+    auto it = ops().find(name);
+    TORCH_CHECK(it != ops().end(), "normgen: no operator '", name, "' in this library");
+    const Op &o = it->second;
+    std::vector<c10::IValue> args;
+    for (const at::Tensor &t : in[1].toTensorVector()) args.emplace_back(t);
+    TORCH_CHECK(args.size() == o.spec->tensors.size(), "normgen::", name, " takes ", o.spec->tensors.size(), " tensors");
+    for (const normgen::ConstInfo &c : o.spec->consts) args.emplace_back(c.value);
+    if (!o.backward) args.emplace_back(in[2].toBool());
+    const int64_t reps = std::max<int64_t>(1, in[3].toInt());
+    Call c = prepare(o, args);
+    run(o, c);  // warm
+    std::vector<double> rounds;
+    for (int r = 0; r < 5; ++r) {
+        auto t0 = std::chrono::steady_clock::now();
+        for (int64_t i = 0; i < reps; ++i) run(o, c);
+        rounds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / (double)reps);
+    }
+    std::sort(rounds.begin(), rounds.end());
+    torch::jit::push(*stack, c10::IValue(rounds[2]));
 }
 
 nlohmann::json describe(const NormSpec &spec) {
@@ -264,4 +318,6 @@ TORCH_LIBRARY_FRAGMENT(normgen, m) {
     }
     // This library's layers, for the Python side: normgen::_layers_<library>() (lib<library>.so).
     m.def((std::string("_layers_") + NORMGEN_TORCH_LIBRARY + "() -> str").c_str(), torch::CppFunction::makeFromBoxedFunction<&layers_op>());
+    m.def((std::string("_kernel_seconds_") + NORMGEN_TORCH_LIBRARY + "(str op, Tensor[] tensors, bool saved, int reps) -> float").c_str(),
+          torch::CppFunction::makeFromBoxedFunction<&kernel_seconds_op>());
 }
