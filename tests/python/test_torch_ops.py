@@ -1,7 +1,7 @@
 """The PyTorch operators (python/normgen_torch_ops.cpp, python/normgen/torch.py) from Python.
 
 Every catalog layer is compared with an eager PyTorch version written from its formula (in float64)
-on fresh random inputs with a large mean: the forward in f32 and bf16, the backward (the generated
+on fresh random inputs with a large mean: the forward in f32, bf16 and f16, the backward (the generated
 backward kernel through autograd) in f32 against autograd of the eager version. Then the error
 types, the modules and the seeds' check [d] with torch.nn.Linear and the generated LayerNorm.
 
@@ -114,7 +114,7 @@ def make_inputs(layer, sizes, dtype, seed):
 
 
 @pytest.mark.parametrize("name", sorted(EAGER))
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_forward_matches_eager(lib, name, dtype):
     layer = lib.layers[name]
     sizes, eager = EAGER[name]
@@ -130,8 +130,8 @@ def test_forward_matches_eager(lib, name, dtype):
         w = want[out_name]
         assert y.shape == w.shape, out_name
         assert torch.isfinite(y).all()
-        # f32: the verifier's scale of error; bf16: one rounding of the output (2^-8 relative) plus
-        # the statistics' error on values near 20.
+        # f32: the verifier's scale of error; bf16 / f16: one rounding of the output (2^-8 / 2^-11
+        # relative) plus the statistics' error on values near 20.
         rtol, atol = (1e-5, 1e-5) if dtype == torch.float32 else (1e-2, 3e-2)
         torch.testing.assert_close(y.double(), w, rtol=rtol, atol=atol, msg=f"{name} {out_name}")
 
