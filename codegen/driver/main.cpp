@@ -494,4 +494,4 @@ int dispatch(const std::vector<std::string> &args) {
 
 }  // namespace
 
-int main(int argc, char **argv) { return run_tool("normgen", argc, argv, dispatch); }
+int main(int argc, char **argv) { return run_tool("normgen", argc, argv, hl::with_halide_errors(dispatch)); }

@@ -73,4 +73,4 @@ usage:
 Exit 0 on success, 1 on a user's mistake (a located diagnostic, a bad option), 2 on a bug.
 )";
 
-int main(int argc, char **argv) { return run_tool("normgen-gen", argc, argv, run, kHelp); }
+int main(int argc, char **argv) { return run_tool("normgen-gen", argc, argv, hl::with_halide_errors(run), kHelp); }

@@ -4,6 +4,7 @@
 #include "runtime/storage.h"
 
 #include <cstring>
+#include <stdexcept>
 
 namespace normgen::hl {
 
@@ -22,6 +23,16 @@ Target parse_target(const std::string &name) {
 
 Isa isa_of(const Target &t) {
     return t.has_feature(Target::AVX512) ? Isa::Avx512 : Isa::Avx2;
+}
+
+std::function<int(const std::vector<std::string> &)> with_halide_errors(std::function<int(const std::vector<std::string> &)> command) {
+    return [command = std::move(command)](const std::vector<std::string> &args) {
+        try {
+            return command(args);
+        } catch (const Halide::Error &e) {
+            throw std::runtime_error(std::string("Halide: ") + e.what());
+        }
+    };
 }
 
 struct JitKernel::Impl {

@@ -7,7 +7,10 @@
 #include "codegen/tool/compiled_kernel.h"
 #include "runtime/reference/interpreter.h"
 
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace normgen::hl {
 
@@ -17,6 +20,11 @@ Halide::Target parse_target(const std::string &name);
 
 // The instruction set a CPU target compiles for: Avx512 when it has Halide's AVX512 feature.
 Isa isa_of(const Halide::Target &t);
+
+// `command`, with a Halide::Error escaping it rethrown as std::runtime_error carrying Halide's
+// message (Halide's errors do not derive from std::exception: run_tool would only know that
+// something unknown escaped). For the tools that compile Halide pipelines (normgen, normgen-gen).
+std::function<int(const std::vector<std::string> &)> with_halide_errors(std::function<int(const std::vector<std::string> &)> command);
 
 class JitKernel : public CompiledKernel {
 public:

@@ -31,6 +31,10 @@ int run_tool(const std::string &name, int argc, char **argv, const std::function
     } catch (const std::exception &e) {
         std::cerr << name << ": internal error: " << e.what() << "\n(this is a bug in normgen; please report it)\n";
         return 2;
+    } catch (...) {
+        // Not a std::exception (a library's own error type that no wrapper translated).
+        std::cerr << name << ": internal error: an exception of an unknown type\n(this is a bug in normgen; please report it)\n";
+        return 2;
     }
 }
 

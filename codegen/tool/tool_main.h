@@ -2,7 +2,7 @@
 // maps what escapes it to an exit code and a message on stderr.
 //   exit 1  a user's mistake: Usage (with a pointer to --help), a located diagnostic
 //           (DiagnosticError, printed as file:line:col with the line and a caret), a UserError
-//   exit 2  a normgen bug: InternalError or any other exception, said to be one
+//   exit 2  a normgen bug: InternalError or any other exception (std:: or not), said to be one
 #pragma once
 
 #include <functional>
