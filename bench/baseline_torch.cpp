@@ -16,6 +16,7 @@
 // for bf16/f16 cases they are converted once (the case's parameters are representable in that
 // type: bench/kernel_case.cpp), not per call.
 #include "bench/baseline.h"
+#include "runtime/aten_dtype.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -82,15 +83,6 @@ private:
     mutable std::multimap<size_t, void *> free_;
     mutable std::map<void *, size_t> size_;
 };
-
-at::ScalarType aten_type(DType t) {
-    switch (t) {
-    case DType::F32: return at::kFloat;
-    case DType::BF16: return at::kBFloat16;
-    case DType::F16: return at::kHalf;
-    default: return at::kDouble;
-    }
-}
 
 class Torch : public Baseline {
 public:

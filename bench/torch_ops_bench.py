@@ -104,8 +104,6 @@ def main():
     torch.set_num_threads(a.threads)
     os.environ.setdefault("HL_NUM_THREADS", str(a.threads))
     lib = ngt.load(a.ops)
-    stem = os.path.basename(os.path.realpath(a.ops if a.ops.endswith(".so") else os.path.join(a.ops, "libnormgen_torch.so")))
-    kernel_seconds = getattr(torch.ops.normgen, "_kernel_seconds_" + stem[3:].split(".so")[0])
     min_time = 0.05 if a.quick else 0.3
     print(f"# normgen PyTorch operators vs PyTorch {torch.__version__}: {cpu_name()}, {a.threads} threads")
     print("| case | fwd normgen GB/s | fwd torch GB/s | ratio | fwd+bwd normgen GB/s | fwd+bwd torch GB/s | ratio | op us | run_kernel us | binding us |")
@@ -118,7 +116,7 @@ def main():
         elem = x.element_size()
         fwd_bytes = 2 * x.numel() * elem
         t_ours, t_theirs = median_seconds(ours, min_time), median_seconds(theirs, min_time)
-        t_kernel = kernel_seconds(layer, tensors, False, 20 if x.numel() > 1 << 20 else 2000)
+        t_kernel = lib.kernel_seconds(layer, tensors, False, 20 if x.numel() > 1 << 20 else 2000)
         # Forward + backward: upstream gradient of ones-like random, d_x and the parameter grads.
         dy = torch.randn_like(x)
         xs = x.clone().requires_grad_()

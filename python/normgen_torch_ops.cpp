@@ -17,6 +17,7 @@
 // another device than the CPU or not contiguous (RuntimeError), of the wrong shape (RuntimeError,
 // from the registry's checks, naming the tensor and the expected shape); a const given another
 // value than the kernel was compiled with (ValueError: the constants are part of the kernel).
+#include "runtime/aten_dtype.h"
 #include "runtime/kernel_table.h"
 #include "runtime/registry.h"
 #include "runtime/run.h"
@@ -100,16 +101,6 @@ DType dtype_of(const at::Tensor &t, const std::string &what) {
     return DType::F32;
 }
 
-at::ScalarType scalar_of(DType t) {
-    switch (t) {
-    case DType::F32: return at::kFloat;
-    case DType::BF16: return at::kBFloat16;
-    case DType::F16: return at::kHalf;
-    case DType::F64: return at::kDouble;
-    }
-    return at::kFloat;
-}
-
 // A checked call, ready to run: the kernel, the views of every argument, the new outputs.
 struct Call {
     const Registry::Kernel *k = nullptr;
@@ -165,8 +156,8 @@ Call prepare(const Op &o, const std::vector<c10::IValue> &args) {
             if (ka.name == tn) a = &ka;
         TORCH_CHECK(a, who, ": the kernel has no argument '", tn, "'");
         TORCH_CHECK(t.device().is_cpu(), who, ": tensor '", tn, "' is on ", t.device(), "; the kernels run on the CPU");
-        TORCH_CHECK_TYPE(t.scalar_type() == scalar_of(a->dtype), who, ": tensor '", tn, "' has dtype ", t.scalar_type(), ", expected ",
-                         scalar_of(a->dtype), " (the ", normgen::dtype_name(dtype), " kernel)");
+        TORCH_CHECK_TYPE(t.scalar_type() == normgen::aten_type(a->dtype), who, ": tensor '", tn, "' has dtype ", t.scalar_type(), ", expected ",
+                         normgen::aten_type(a->dtype), " (the ", normgen::dtype_name(dtype), " kernel)");
         TORCH_CHECK(t.is_contiguous(), who, ": tensor '", tn, "' is not contiguous (shape ", t.sizes(), ", strides ", t.strides(),
                     "); call .contiguous() first");
         shapes[tn] = t.sizes().vec();
@@ -185,12 +176,12 @@ Call prepare(const Op &o, const std::vector<c10::IValue> &args) {
         if (!a.updates.empty()) {
             // Written in place into the input it updates.
             const at::Tensor &t = tensors[spec.find_tensor(a.updates) - spec.tensors.data()];
-            TORCH_CHECK_TYPE(t.scalar_type() == scalar_of(a.dtype), who, ": tensor '", a.updates, "' (updated in place by '", a.name,
-                             "') has dtype ", t.scalar_type(), ", expected ", scalar_of(a.dtype));
+            TORCH_CHECK_TYPE(t.scalar_type() == normgen::aten_type(a.dtype), who, ": tensor '", a.updates, "' (updated in place by '", a.name,
+                             "') has dtype ", t.scalar_type(), ", expected ", normgen::aten_type(a.dtype));
             views[a.name] = normgen::TensorView{t.data_ptr(), a.dtype, t.sizes().vec(), {}};
             continue;
         }
-        at::Tensor t = at::empty(normgen::physical_shape(spec, out->dims, ext), at::TensorOptions().dtype(scalar_of(a.dtype)));
+        at::Tensor t = at::empty(normgen::physical_shape(spec, out->dims, ext), at::TensorOptions().dtype(normgen::aten_type(a.dtype)));
         views[a.name] = normgen::TensorView{t.data_ptr(), a.dtype, t.sizes().vec(), {}};
         result.push_back(t);
     }

@@ -96,11 +96,7 @@ std::vector<const PlanArg *> KernelPlan::outputs() const {
     return r;
 }
 
-bool KernelPlan::is_column_sum(const NormSpec &spec, const Node *n) const {
-    for (int o : column_sums)
-        if (spec.values[spec.outputs[o].value].expr.get() == n) return true;
-    return false;
-}
+bool KernelPlan::is_column_sum(const NormSpec &spec, const Node *n) const { return is_value_of(spec, column_sums, n); }
 
 int KernelPlan::find_arg(const std::string &name) const {
     for (size_t i = 0; i < args.size(); ++i)
@@ -238,17 +234,12 @@ bool cuda_rows_form(const NormSpec &spec, KernelPlan &p, const std::vector<NodeP
             }
         if (!read) columns.insert(o->output);
     }
-    auto is_column = [&](const Node *n) {
-        for (int o : columns)
-            if (spec.values[spec.outputs[o].value].expr.get() == n) return true;
-        return false;
-    };
     std::vector<AxisId> rows;
     for (;;) {
         std::set<AxisId> common(p.main_order.begin(), p.main_order.end());
         bool any = false;
         for (const NodePtr &n : reductions) {
-            if (is_column(n.get())) continue;
+            if (is_value_of(spec, columns, n.get())) continue;
             any = true;
             std::set<AxisId> kept(n->axes.begin(), n->axes.end()), both;
             std::set_intersection(common.begin(), common.end(), kept.begin(), kept.end(), std::inserter(both, both.end()));
@@ -356,9 +347,7 @@ KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant) {
             std::vector<NodePtr> rest;
             AxisSet rest_reduced;
             for (const NodePtr &n : reductions) {
-                bool column = false;
-                for (int o : columns) column = column || spec.values[spec.outputs[o].value].expr.get() == n.get();
-                if (column) continue;
+                if (is_value_of(spec, columns, n.get())) continue;
                 rest.push_back(n);
                 rest_reduced.insert(rest_reduced.end(), n->over.begin(), n->over.end());
             }

@@ -134,6 +134,14 @@ struct KernelPlan {
 
 KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant);
 
+// Whether reduction `n` is the whole value of one of `outputs` (indices into NormSpec::outputs).
+template <class Outputs>
+bool is_value_of(const NormSpec &spec, const Outputs &outputs, const Node *n) {
+    for (int o : outputs)
+        if (spec.values[spec.outputs[o].value].expr.get() == n) return true;
+    return false;
+}
+
 // Whether an expression depends on a reduction (through named values).
 bool depends_on_reduction(const NormSpec &spec, const Node &n);
 

@@ -4,6 +4,8 @@
 // DIR/lib<name>.so for `normgen.torch.load(DIR)`.
 #include "codegen/driver/torch_cmd.h"
 
+#include "codegen/tool/options.h"
+
 #include "dsl/checker.h"
 #include "dsl/grad.h"
 #include "runtime/errors.h"
@@ -24,12 +26,6 @@ namespace normgen {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string quote(const std::string &s) {
-    std::string r = "'";
-    for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return r + "'";
-}
 
 bool identifier(const std::string &s) {
     if (s.empty() || !(std::isalpha((unsigned char)s[0]) || s[0] == '_')) return false;
@@ -88,14 +84,7 @@ int cmd_torch(const std::vector<std::string> &args) {
     if (files.empty()) throw UserError("torch: give at least one .norm file (normgen torch --help)");
     if (out.empty()) throw UserError("torch: give the output folder: -o DIR");
     if (backend != "halide" && backend != "mlir") throw UserError("torch: --backend takes halide or mlir, not '" + backend + "'");
-    std::vector<std::string> dtype_list;
-    {
-        std::stringstream ss(dtypes);
-        std::string t;
-        while (std::getline(ss, t, ','))
-            if (t != "f32" && t != "bf16" && t != "f16") throw UserError("torch: --dtype takes f32, bf16, f16; not '" + t + "'");
-            else dtype_list.push_back(t);
-    }
+    const std::vector<DType> dtype_list = parse_dtypes(dtypes);
     if (name.empty()) name = fs::path(out).lexically_normal().filename().string();
     if (name.empty()) name = fs::absolute(out).lexically_normal().parent_path().filename().string();
     if (!identifier(name)) throw UserError("torch: the library name '" + name + "' is not an identifier; give --name");
@@ -134,7 +123,7 @@ int cmd_torch(const std::vector<std::string> &args) {
         cm << " " << fs::path(f).filename().string();
     }
     cm << "\n  DTYPES";
-    for (const std::string &t : dtype_list) cm << " " << t;
+    for (DType t : dtype_list) cm << " " << dtype_name(t);
     cm << "\n  BACKENDS " << backend << "\n  GRAD ON)\n"
        << "normgen_add_torch_ops(TARGET " << name << " KERNELS " << name << "_kernels OUTPUT_DIRECTORY \"${CMAKE_CURRENT_SOURCE_DIR}\")\n";
     {
@@ -151,13 +140,13 @@ int cmd_torch(const std::vector<std::string> &args) {
     const std::string bin = (fs::path(out) / "build").string();
     std::string gen = std::system("command -v ninja >/dev/null 2>&1") == 0 ? " -G Ninja" : "";
     std::cerr << "torch: configuring (" << cmake << ")...\n";
-    std::string configure = quote(cmake) + " -S " + quote(out) + " -B " + quote(bin) + gen + " -DCMAKE_BUILD_TYPE=Release > " +
-                            quote(bin + ".configure.log") + " 2>&1";
+    std::string configure = shell_quote(cmake) + " -S " + shell_quote(out) + " -B " + shell_quote(bin) + gen + " -DCMAKE_BUILD_TYPE=Release > " +
+                            shell_quote(bin + ".configure.log") + " 2>&1";
     fs::create_directories(bin);
     if (std::system(configure.c_str()) != 0)
         throw UserError("torch: configuring the project failed; see " + bin + ".configure.log");
     std::cerr << "torch: building lib" << name << ".so (the first build compiles normgen's tools; output follows)...\n";
-    std::string make = quote(cmake) + " --build " + quote(bin) + " --target " + quote(name) + " -j2";
+    std::string make = shell_quote(cmake) + " --build " + shell_quote(bin) + " --target " + shell_quote(name) + " -j2";
     if (std::system(make.c_str()) != 0) throw UserError("torch: the build failed (above)");
     std::cerr << "torch: built " << (fs::path(out) / ("lib" + name + ".so")).string() << "; from Python: normgen.torch.load(\"" << out << "\")\n";
     return 0;

@@ -3,6 +3,7 @@
 #include "codegen/common/manifest.h"
 #include "codegen/mlir/lower.h"
 #include "codegen/mlir/pipeline.h"
+#include "codegen/tool/options.h"
 #include "dsl/printer.h"
 #include "runtime/errors.h"
 #include "runtime/mlir_abi.h"
@@ -136,12 +137,6 @@ int run_command(const std::string &cmd, std::string &output) {
     while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) output.append(buf.data(), n);
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-std::string shell_quote(const std::string &s) {
-    std::string r = "'";
-    for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return r + "'";
 }
 
 // ptxas -v: "Used 24 registers, used 1 barriers, 1056 bytes smem" and "0 bytes stack frame, 0 bytes

@@ -234,29 +234,31 @@ private:
         ensure_reductions(*n.args[0], env);
         if (n.reduce == ReduceOp::Var)
             if (const Node *m = find_mean_like(spec_, n)) reduce(*m, env);  // the variance's own mean, held first
-        const CudaPlan::Statistic &st = plan_.statistics[s];
-        Value base = arith::MulIOp::create(b_, loc_, bid_, product(b_, loc_, st.axes));
         gpu::BarrierOp::create(b_, loc_);
         holding_ = true;
-        serial_loop(st.axes, env, [&](const Env &e2) {
+        serial_loop(plan_.statistics[s].axes, env, [&](const Env &e2) {
             ScopedLoc at(loc_, node_loc(&ctx_, spec_, n, loc_));
             const Env *saved = env_;
             env_ = &e2;
             Value r = ReductionAlgorithm<CudaLowerer>(*this, spec_).reduction(n);
             env_ = saved;
-            Value i = arith::AddIOp::create(b_, loc_, base, linear(b_, loc_, st.axes, e2));
-            if_first_thread([&](OpBuilder &b, Location loc) { memref::StoreOp::create(b, loc, r, scratch_[plan_.column_outputs.size() + s], ValueRange{i}); });
+            Value i = held_index(b_, loc_, s, e2);
+            if_first_thread([&](OpBuilder &b, Location loc) { memref::StoreOp::create(b, loc, r, held_buffer(s), ValueRange{i}); });
         });
         holding_ = false;
         gpu::BarrierOp::create(b_, loc_);
         held_.insert(&n);
     }
 
-    // The held statistic at `env` (which binds its axes).
+    // Held statistic s: its scratch buffer (after the partials), the index of the block's element
+    // at `env` (which binds its axes), and the value there.
+    Value held_buffer(size_t s) const { return scratch_[plan_.column_outputs.size() + s]; }
+    Value held_index(OpBuilder &b, Location loc, size_t s, const Env &env) const {
+        const std::vector<AxisId> &axes = plan_.statistics[s].axes;
+        return arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, bid_, product(b, loc, axes)), linear(b, loc, axes, env));
+    }
     Value held_value(OpBuilder &b, Location loc, size_t s, const Env &env) {
-        const CudaPlan::Statistic &st = plan_.statistics[s];
-        Value i = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, bid_, product(b, loc, st.axes)), linear(b, loc, st.axes, env));
-        return memref::LoadOp::create(b, loc, scratch_[plan_.column_outputs.size() + s], ValueRange{i});
+        return memref::LoadOp::create(b, loc, held_buffer(s), ValueRange{held_index(b, loc, s, env)});
     }
 
     int statistic_slot(const Node &n) const {
@@ -523,15 +525,12 @@ CudaPlan cuda_plan(const NormSpec &spec, const KernelPlan &plan, const ScheduleR
         p.row_axes = plan.cuda_row_axes;
         p.block_axes.clear();
         p.column_blocks = (int)schedule.get("column_blocks");
-        auto contains = [](const std::vector<AxisId> &v, AxisId a) { return std::find(v.begin(), v.end(), a) != v.end(); };
         for (const PlanStage &st : plan.stages)
             for (const NodePtr &n : st.reductions) {
-                bool column = false;
-                for (int o : plan.cuda_columns) column = column || spec.values[spec.outputs[o].value].expr.get() == n.get();
-                if (column) continue;
+                if (is_value_of(spec, plan.cuda_columns, n.get())) continue;
                 CudaPlan::Statistic stat{n.get(), {}, ""};
                 for (AxisId a : plan.main_order)
-                    if (contains(n->axes, a) && !contains(p.row_axes, a)) stat.axes.push_back(a);
+                    if (std::count(n->axes.begin(), n->axes.end(), a) && !std::count(p.row_axes.begin(), p.row_axes.end(), a)) stat.axes.push_back(a);
                 if (stat.axes.empty()) continue;
                 for (const ValueDef &v : spec.values)
                     if (v.expr.get() == n.get()) stat.name = v.name;

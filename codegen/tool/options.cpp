@@ -26,6 +26,12 @@ std::vector<DType> parse_dtypes(const std::string &list) {
     return r;
 }
 
+std::string shell_quote(const std::string &s) {
+    std::string r = "'";
+    for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return r + "'";
+}
+
 VerifyArgs parse_verify_args(const std::vector<std::string> &args) {
     VerifyArgs v;
     for (size_t i = 0; i < args.size(); ++i) {

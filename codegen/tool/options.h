@@ -19,6 +19,8 @@ std::vector<DType> parse_dtypes(const std::string &list);
 std::vector<std::string> split_list(const std::string &list);
 // A --seed value: a non-negative integer; Usage otherwise.
 uint64_t parse_seed(const std::string &s);
+// `s` as one word of a POSIX shell command line (single-quoted), for the commands the tools run.
+std::string shell_quote(const std::string &s);
 
 struct VerifyArgs {
     std::vector<std::string> files;

@@ -62,7 +62,7 @@ def load(path=None):
         stem = os.path.basename(path)
         stem = stem[3:] if stem.startswith("lib") else stem
         stem = stem.split(".so")[0]
-        _loaded[path] = Library(json.loads(getattr(torch.ops.normgen, "_layers_" + stem)()))
+        _loaded[path] = Library(json.loads(getattr(torch.ops.normgen, "_layers_" + stem)()), stem)
     return _loaded[path]
 
 
@@ -201,12 +201,18 @@ class _Module(torch.nn.Module):
 class Library:
     """The layers of one operator library (load())."""
 
-    def __init__(self, layers):
+    def __init__(self, layers, stem):
         self.layers = {name: _Layer(name, info) for name, info in layers.items()}
+        self._kernel_seconds = getattr(torch.ops.normgen, "_kernel_seconds_" + stem)
         self.functional = type("functional", (), {})()
         for name, layer in self.layers.items():
             setattr(self.functional, name, layer)
             setattr(self, name, self._module_factory(layer))
+
+    def kernel_seconds(self, op, tensors, saved=False, reps=100):
+        """Median seconds of run_kernel alone (the C++ API: no dispatcher, outputs allocated once)
+        for operator `op` on `tensors`, `reps` calls a round: the benchmark's measure of the binding."""
+        return self._kernel_seconds(op, list(tensors), saved, reps)
 
     def _module_factory(self, layer):
         info = layer.info
