@@ -253,6 +253,25 @@ const CopyBandwidth &copy_bandwidth(size_t bytes) {
     return cache[bytes] = c;
 }
 
+double copy_sample_seconds(size_t bytes, CopyKind kind, double min_seconds) {
+    // A copy of B bytes reads B/2 and writes B/2: B/8 floats each way; a read of B bytes sums src
+    // and dst, B/8 floats each.
+    const size_t n = std::max<size_t>(1, bytes / 8);
+    ensure_pool(n * sizeof(float));
+    const float *src = (const float *)pool().src.data();
+    float *dst = (float *)pool().dst.data();
+    parallel_copy(src, dst, n, kind);  // warm-up: the pool's threads awake, the previous flavour's lines gone
+    int calls = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    double t = 0;
+    do {
+        parallel_copy(src, dst, n, kind);
+        ++calls;
+        t = seconds_since(t0);
+    } while (t < min_seconds);
+    return t / calls;
+}
+
 void copy_buffers(size_t bytes_each, const float **src, float **dst) {
     ensure_pool(bytes_each);
     *src = (const float *)pool().src.data();

@@ -45,6 +45,13 @@ struct CopyBandwidth {
 // Buffers come from a pool grown to the largest size asked for and first-touched when allocated.
 const CopyBandwidth &copy_bandwidth(size_t bytes);
 
+// One timed sample of a flavour at `bytes` (as copy_bandwidth counts them: a copy of B bytes reads
+// B/2 and writes B/2; a read of B bytes reads B), on the pool's buffers: one untimed call to warm
+// up, then back-to-back calls for at least `min_seconds` (at least one). Seconds per call. For
+// measurements interleaved with kernels (normgen-measure, the benchmark's limit rows), where a
+// cached median would hide the machine's drift.
+double copy_sample_seconds(size_t bytes, CopyKind kind, double min_seconds);
+
 // The pool's buffers for the Google Benchmark copy rows: src and dst of at least `bytes_each`.
 void copy_buffers(size_t bytes_each, const float **src, float **dst);
 

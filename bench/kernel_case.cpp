@@ -120,7 +120,16 @@ std::string fmt(double v) {
 }  // namespace
 
 KernelCase::KernelCase(const Registry &reg, const CaseSpec &spec, uint64_t seed) : spec_(spec) {
-    const Registry::Kernel *k = spec_.grad ? reg.select_grad(spec_.layer, spec_.dtype) : reg.select(spec_.layer, spec_.dtype, false);
+    const Registry::Kernel *k = nullptr;
+    try {
+        const std::string layer = spec_.grad ? spec_.layer + "_grad" : spec_.layer;
+        Registry::Selection sel = reg.select_for_sizes(layer, spec_.dtype, spec_.sizes, false, true);  // the case's buffers are aligned
+        k = sel.kernel && (!spec_.grad || sel.kernel->grad_of == spec_.layer) ? sel.kernel : nullptr;
+        selection_ = sel.why;
+    } catch (const std::exception &e) {
+        error_ = std::string("dispatch failed: ") + e.what();
+        return;
+    }
     if (!k) {
         error_ = "no " + std::string(dtype_name(spec_.dtype)) + (spec_.grad ? " backward" : "") + " kernel for layer '" + spec_.layer +
                  "' runs on this CPU (registry " + reg.path() + (spec_.grad ? "; built with NORMGEN_GRAD_KERNELS?" : "") + ")";
@@ -128,20 +137,26 @@ KernelCase::KernelCase(const Registry &reg, const CaseSpec &spec, uint64_t seed)
     }
     kernel_ = *k;
     k_ = &kernel_;
+    const Registry::Kernel *forward = spec_.grad ? reg.select(spec_.layer, spec_.dtype, true) : nullptr;
+    if (spec_.grad && !forward) {
+        error_ = "no forward kernel of '" + spec_.layer + "' writes its saved statistics here";
+        return;
+    }
     try {
-        setup(seed, &reg);
+        setup(seed, forward);
     } catch (const std::exception &e) {
         error_ = std::string("setup failed: ") + e.what();
     }
 }
 
-KernelCase::KernelCase(const Registry::Kernel &kernel, const CaseSpec &spec, uint64_t seed) : spec_(spec), kernel_(kernel) {
+KernelCase::KernelCase(const Registry::Kernel &kernel, const CaseSpec &spec, uint64_t seed, const Registry::Kernel *forward)
+    : spec_(spec), kernel_(kernel) {
     k_ = &kernel_;
     spec_.grad = !kernel.grad_of.empty();
     spec_.layer = spec_.grad ? kernel.grad_of : kernel.layer;
     spec_.dtype = kernel.dtype;
     try {
-        setup(seed, nullptr);
+        setup(seed, forward);
     } catch (const std::exception &e) {
         error_ = std::string("setup failed: ") + e.what();
     }
@@ -202,7 +217,7 @@ std::string KernelCase::check_baseline(Baseline &b, std::string *message) {
     return c.pass ? "" : c.message;
 }
 
-void KernelCase::setup(uint64_t seed, const Registry *reg) {
+void KernelCase::setup(uint64_t seed, const Registry::Kernel *forward) {
     const NormSpec &spec = *k_->spec;
     for (const auto &[name, n] : spec_.sizes) {
         AxisId a = spec.find_axis(name);
@@ -265,8 +280,8 @@ void KernelCase::setup(uint64_t seed, const Registry *reg) {
     }
 
     if (spec_.grad) {
-        if (!reg) throw std::logic_error("a backward case needs the registry of its forward kernel");
-        fill_saved_statistics(*reg, seed);
+        if (!forward) throw std::logic_error("a backward case needs the full kernel of its forward layer");
+        fill_saved_statistics(*forward, seed);
     }
 
     // The call exactly as run_kernel would make it: dims innermost first over the atomic axes.
@@ -305,15 +320,14 @@ void KernelCase::setup(uint64_t seed, const Registry *reg) {
 // the forward's full kernel computes from this case's inputs and parameters, as in a training step;
 // the forward's other tensors (its y, a bias the backward does not read) live in scratch buffers
 // for the one call.
-void KernelCase::fill_saved_statistics(const Registry &reg, uint64_t seed) {
-    std::shared_ptr<const NormSpec> forward = reg.spec(spec_.layer);
-    if (!forward) throw std::logic_error("the registry has no forward layer '" + spec_.layer + "'");
+void KernelCase::fill_saved_statistics(const Registry::Kernel &forward_kernel, uint64_t seed) {
+    const Registry::Kernel *fk = &forward_kernel;
+    const std::shared_ptr<const NormSpec> forward = fk->spec;
+    if (fk->layer != spec_.layer) throw std::logic_error("kernel '" + fk->function + "' is not of the forward layer '" + spec_.layer + "'");
     bool needed = false;
     for (const Arg &g : args_)
         if (g.arg->role != KernelArg::Output && forward->find_output(g.arg->name)) needed = true;
     if (!needed) return;
-    const Registry::Kernel *fk = reg.select(spec_.layer, spec_.dtype, true);
-    if (!fk) throw std::logic_error("no forward kernel of '" + spec_.layer + "' writes its saved statistics here");
     std::map<std::string, int64_t> sizes;
     const NormSpec &bspec = *k_->spec;
     for (size_t a = 0; a < bspec.axes.size(); ++a)

@@ -50,17 +50,20 @@ struct OutputCheckSummary {
 
 class KernelCase {
 public:
-    // Selects the kernel (Registry::select(layer, dtype, false), or select_grad), allocates and fills the tensors,
-    // validates the call (check_kernel_call), runs it once and checks the outputs. Never throws:
-    // a failure is recorded in error().
+    // Selects the kernel a program would get for these shapes (Registry::select_for_sizes: the
+    // tuned kernel of the shape class on this CPU, else the default; the backward's for a grad
+    // case), allocates and fills the tensors, validates the call (check_kernel_call), runs it once
+    // and checks the outputs. Never throws: a failure is recorded in error().
     KernelCase(const Registry &reg, const CaseSpec &spec, uint64_t seed);
-    // The same with a given kernel (e.g. a lab variant, bench/lab/); spec.layer and spec.dtype are
-    // taken from it.
-    KernelCase(const Registry::Kernel &kernel, const CaseSpec &spec, uint64_t seed);
+    // The same with a given kernel (e.g. a lab variant, bench/lab/, or a tuning candidate);
+    // spec.layer and spec.dtype are taken from it. A backward kernel needs `forward`, the full
+    // kernel of its forward layer, which computes the saved statistics it reads.
+    KernelCase(const Registry::Kernel &kernel, const CaseSpec &spec, uint64_t seed, const Registry::Kernel *forward = nullptr);
 
     const std::string &error() const { return error_; }  // "" when the case is usable
     const Registry::Kernel *kernel() const { return k_; }
     const CaseSpec &spec() const { return spec_; }
+    const std::string &selection() const { return selection_; }  // why the registry chose the kernel
     const std::string &check_message() const { return check_message_; }
 
     // Bytes one call moves at the floor: every input and parameter read once, every output
@@ -90,14 +93,14 @@ public:
     std::string check_baseline(Baseline &b, std::string *message = nullptr);
 
 private:
-    void setup(uint64_t seed, const Registry *reg);
-    void fill_saved_statistics(const Registry &reg, uint64_t seed);
+    void setup(uint64_t seed, const Registry::Kernel *forward);
+    void fill_saved_statistics(const Registry::Kernel &forward, uint64_t seed);
     OutputCheckSummary check_outputs(uint64_t seed) const;
 
     CaseSpec spec_;
     Registry::Kernel kernel_;               // a copy: the case outlives no registry
     const Registry::Kernel *k_ = nullptr;   // &kernel_ once selected
-    std::string error_, check_message_;
+    std::string error_, check_message_, selection_;
     size_t bytes_ = 0;
 
     struct Arg {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 
 namespace normgen::bench {
@@ -43,7 +45,10 @@ int64_t GridCase::elements() const {
 
 namespace {
 
-const int64_t kDramBytes = int64_t(512) << 20;  // x + y in f32 beyond this: past the L3
+// x + y of at least 4 x the last-level cache this machine reports: a DRAM-sized case (32 MiB and
+// 260 MiB of L3 have both been seen on this project's machines).
+int64_t dram_bytes() { return 4 * last_level_cache_bytes(); }
+int64_t storage_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
 
 GridCase rows(const std::string &layer, const std::string &model, int64_t tokens, int64_t d, DType t = DType::F32) {
     GridCase c;
@@ -52,7 +57,7 @@ GridCase rows(const std::string &layer, const std::string &model, int64_t tokens
     c.dtype = t;
     c.sizes = {{"rows", tokens}, {"d", d}};
     c.shape = std::to_string(tokens) + "x" + std::to_string(d);
-    c.dram = 2 * 4 * tokens * d > kDramBytes;
+    c.dram = 2 * storage_bytes(t) * tokens * d >= dram_bytes();
     return c;
 }
 
@@ -74,7 +79,7 @@ GridCase image(const std::string &layer, const std::string &model, int64_t n, in
         g.sizes["c"] = c;
     const bool nhwc = layer.size() > 5 && layer.compare(layer.size() - 5, 5, "_nhwc") == 0;
     g.shape = nhwc ? nchw_label(n, h, w, c) : nchw_label(n, c, h, w);
-    g.dram = 2 * 4 * n * c * h * w > kDramBytes;
+    g.dram = 2 * 4 * n * c * h * w >= dram_bytes();
     g.full_reference = layer == "batch_norm_train";
     return g;
 }
@@ -113,6 +118,46 @@ void add_unet(std::vector<GridCase> &out, const std::string &layer) {
     out.push_back(image(layer, "sdxl-unet", 16, 320, 128, 128));
 }
 
+// Every layer gets a DRAM-sized case in f32 and in bf16 on this machine: where its largest case
+// of that type is not DRAM-sized, that case (the f32 one for a layer without bf16 cases) with its
+// outermost axis doubled until x + y reach 4 x the L3 ("<model>-dram").
+void add_dram_cases(std::vector<GridCase> &g) {
+    std::map<std::string, size_t> largest;  // layer|dtype -> index of its largest case
+    std::set<std::string> has_dram, layers;
+    for (size_t i = 0; i < g.size(); ++i) {
+        const std::string key = g[i].layer + "|" + dtype_name(g[i].dtype);
+        layers.insert(g[i].layer);
+        if (g[i].dram) has_dram.insert(key);
+        auto it = largest.find(key);
+        if (it == largest.end() || g[i].elements() > g[it->second].elements()) largest[key] = i;
+    }
+    std::vector<GridCase> more;
+    for (const std::string &layer : layers)
+        for (DType t : {DType::F32, DType::BF16}) {
+            const std::string key = layer + "|" + dtype_name(t);
+            if (has_dram.count(key)) continue;
+            auto from = largest.find(key);
+            if (from == largest.end()) from = largest.find(layer + "|f32");
+            GridCase c = g[from->second];
+            c.dtype = t;
+            const std::string outer = c.sizes.count("rows") ? "rows" : "n";
+            if (2 * storage_bytes(t) * c.elements() < dram_bytes()) {
+                while (2 * storage_bytes(t) * c.elements() < dram_bytes()) c.sizes[outer] *= 2;
+                c.model += "-dram";
+                c.shape = std::to_string(c.sizes[outer]) + c.shape.substr(c.shape.find('x'));  // the label starts with the outermost axis
+            }
+            c.dram = true;
+            more.push_back(c);
+        }
+    // Each after the last case of its layer, so the benchmark still runs layer by layer.
+    for (const GridCase &c : more) {
+        size_t at = 0;
+        for (size_t i = 0; i < g.size(); ++i)
+            if (g[i].layer == c.layer) at = i + 1;
+        g.insert(g.begin() + (long)at, c);
+    }
+}
+
 }  // namespace
 
 std::vector<GridCase> model_grid() {
@@ -136,6 +181,7 @@ std::vector<GridCase> model_grid() {
     add_unet(g, "group_norm_nhwc");
     g.push_back(image("instance_norm", "sd-unet", 8, 320, 64, 64));
     g.push_back(image("instance_norm", "sdxl-unet", 16, 320, 128, 128));
+    add_dram_cases(g);
     return g;
 }
 

@@ -18,8 +18,8 @@ struct GridCase {
     DType dtype = DType::F32;
     std::map<std::string, int64_t> sizes;  // extent of each atomic axis of the layer, by name
     std::string shape;                     // the tensor's shape as the model sees it, e.g. "4096x4096"
-    // The case meant to be bigger than the last-level cache (x + y over 512 MiB; this machine
-    // kind's L3 is 260 MiB): judged against the non-temporal-store copy.
+    // A case bigger than the last-level cache: x + y in f32 of at least 4 x the L3 this machine
+    // reports (model_grid() adds a "<model>-dram" case to every layer that has none).
     bool dram = false;
     // When the reference check must evaluate the whole tensor (statistics reduce over the
     // outermost axis: BatchNorm training).
@@ -39,7 +39,8 @@ struct GridCase {
 //   GroupNorm NCHW / NHWC: Stable-Diffusion UNet blocks ([2..8, 320..1280, 64^2..8^2], 32 groups);
 //   InstanceNorm: the same UNet activations;
 //   DyT: ViT-B (64 x 197 tokens x 768) and LLaMA-3 8B;
-//   and per layer one DRAM-sized case (dram = true).
+//   and per layer (and storage type) at least one DRAM-sized case (dram = true, x + y >= 4 x the L3
+//   this machine reports): the largest case with its outermost axis doubled when none is.
 std::vector<GridCase> model_grid();
 
 // The short grid of the README's run command (about two minutes with every implementation): one

@@ -5,7 +5,7 @@
 #   list(APPEND CMAKE_MODULE_PATH <normgen source root>/cmake)
 #   include(NormgenAddKernels)
 #   normgen_add_kernels(TARGET my_kernels NORM my_norm.norm other.norm
-#                       DTYPES f32 bf16 TARGETS host x86-64-avx2 BACKENDS halide mlir)
+#                       DTYPES f32 bf16 TARGETS host x86-64-avx2 BACKENDS halide mlir TUNING tuning)
 #   add_executable(app main.cpp)
 #   target_link_libraries(app PRIVATE my_kernels)
 #
@@ -21,6 +21,10 @@
 #             found by Registry::select_grad(<name>, ...)), for the same types, targets, backends.
 #   SCHEDULE  schedule overrides for every kernel ('knob=value,...' or a JSON file; see
 #             `normgen compile --help`).
+#   TUNING    a tuning database folder (`normgen tune ... --db DIR`): each file also gets one kernel
+#             per schedule the database chose for its layer on a CPU of each target's ISA, which
+#             Registry::select_for picks by the call's shape class (stale records are ignored with a
+#             note). A file's kernels are rebuilt when its layer's DIR/best/<layer>.json changes.
 #   NORMGEN   the normgen executable: a target name or a path (default: the `normgen` target when
 #             normgen was added with add_subdirectory, else `normgen` found on PATH).
 #
@@ -42,7 +46,7 @@
 include_guard(GLOBAL)
 
 function(normgen_add_kernels)
-  cmake_parse_arguments(PARSE_ARGV 0 NG "" "TARGET;NORMGEN;SCHEDULE;GRAD" "NORM;DTYPES;TARGETS;BACKENDS")
+  cmake_parse_arguments(PARSE_ARGV 0 NG "" "TARGET;NORMGEN;SCHEDULE;GRAD;TUNING" "NORM;DTYPES;TARGETS;BACKENDS")
   if(NG_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "normgen_add_kernels: unknown arguments: ${NG_UNPARSED_ARGUMENTS}")
   endif()
@@ -104,9 +108,17 @@ function(normgen_add_kernels)
   if(NG_SCHEDULE)
     set(schedule_arg --schedule ${NG_SCHEDULE})
   endif()
+  set(tuning_arg "")
+  if(NG_TUNING)
+    get_filename_component(NG_TUNING "${NG_TUNING}" ABSOLUTE BASE_DIR ${CMAKE_CURRENT_SOURCE_DIR})
+    if(NOT IS_DIRECTORY "${NG_TUNING}")
+      message(FATAL_ERROR "normgen_add_kernels(${NG_TARGET}): TUNING ${NG_TUNING} is not a folder (run `normgen tune ... --db DIR` first)")
+    endif()
+    set(tuning_arg --tuning ${NG_TUNING})
+  endif()
   set(mlir_depends "")
-  if("mlir" IN_LIST NG_BACKENDS AND TARGET normgen-mlir)
-    set(mlir_depends normgen-mlir)  # normgen runs it for --backend mlir
+  if(("mlir" IN_LIST NG_BACKENDS OR NG_TUNING) AND TARGET normgen-mlir)
+    set(mlir_depends normgen-mlir)  # normgen runs it for --backend mlir and for tuned streaming stores
   endif()
 
   set(out ${CMAKE_CURRENT_BINARY_DIR}/${NG_TARGET}_kernels)
@@ -137,6 +149,16 @@ function(normgen_add_kernels)
         set(grad_opt --grad)
       endif()
       set(outputs ${dir}/manifest.json ${dir}/kernel_table.cpp ${dir}/halide_runtime.o ${dir}/kernels.a)
+      # The layer's tuning index, when the database has one (the layer is named after the file in
+      # most projects; a project whose layers are named otherwise lists them with CONFIGURE_DEPENDS).
+      set(tuning_deps "")
+      if(NG_TUNING)
+        get_filename_component(layer_guess "${norm}" NAME_WE)
+        if(pass STREQUAL "grad")
+          set(layer_guess ${layer_guess}_grad)
+        endif()
+        file(GLOB tuning_deps CONFIGURE_DEPENDS ${NG_TUNING}/best/${layer_guess}.json)
+      endif()
       set(target_opt --target ${target_arg})
       if(backend STREQUAL "mlir")
         set(target_opt "")
@@ -145,9 +167,9 @@ function(normgen_add_kernels)
         OUTPUT ${outputs}
         COMMAND ${CMAKE_COMMAND} -E make_directory ${dir}
         COMMAND ${normgen_cmd} compile ${rel} -o ${dir} --backend ${backend} --dtype ${dtype_arg} ${target_opt}
-                --archive kernels.a ${schedule_arg} ${grad_opt}
+                --archive kernels.a ${schedule_arg} ${grad_opt} ${tuning_arg}
         WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}
-        DEPENDS ${NG_NORMGEN} ${mlir_depends} ${norm}
+        DEPENDS ${NG_NORMGEN} ${mlir_depends} ${norm} ${tuning_deps}
         COMMENT "normgen compile ${rel} --backend ${backend} ${grad_opt} (${NG_TARGET})"
         VERBATIM)
       list(APPEND all_outputs ${outputs})

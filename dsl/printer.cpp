@@ -169,4 +169,12 @@ std::string print_norm(const NormSpec &spec) {
     return os.str();
 }
 
+uint64_t text_hash(const std::string &text) {
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+    return h;
+}
+
+uint64_t canonical_hash(const NormSpec &spec) { return text_hash(print_norm(spec)); }
+
 }  // namespace normgen

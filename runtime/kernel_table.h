@@ -22,3 +22,7 @@ extern const KernelEntry kKernelTable[];
 extern const size_t kKernelTableSize;
 
 }  // namespace normgen
+
+// The same table under a C name, for a program that loads a kernel library with dlopen
+// (normgen-measure, the tuner's timing process): returns the table and sets *count.
+extern "C" const normgen::KernelEntry *normgen_kernel_table(size_t *count);

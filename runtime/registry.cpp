@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -182,7 +184,8 @@ private:
 // kernel_plan.h): names, roles and order, declared dims, buffer dims, optional and updates flags,
 // storage types the declaration allows.
 void check_args(const EntryReader &r, const NormSpec &spec, Registry::Kernel &k) {
-    const KernelPlan plan = make_plan(spec, k.dtype, k.variant);
+    k.plan = std::make_shared<const KernelPlan>(make_plan(spec, k.dtype, k.variant));
+    const KernelPlan &plan = *k.plan;
     std::vector<std::string> want_names, got_names;
     for (const PlanArg &x : plan.args) want_names.push_back(x.name);
     for (const KernelArg &a : k.args) got_names.push_back(a.name);
@@ -274,6 +277,40 @@ Registry Registry::load(const std::string &path, const KernelEntry *table, size_
         k->library = e.contains("library") ? r.str(e, "library") : "";
         k->header = e.contains("header") ? r.str(e, "header") : "";
         k->grad_of = e.contains("grad_of") ? r.str(e, "grad_of") : "";
+        if (e.contains("requires")) {  // streaming stores: what a call must give (Kernel::Requirement)
+            const json &q = e["requires"];
+            if (!q.is_object()) r.fail("field 'requires' is not an object");
+            const json &al = r.field(q, "alignment", "requires: ");
+            if (!al.is_number_integer() || al.get<int>() < 1 || al.get<int>() > 4096) r.fail("requires: 'alignment' must be 1..4096 bytes");
+            k->requirement.alignment = al.get<int>();
+            k->requirement.outputs = r.strings(q, "outputs", "requires: ");
+            const json &m = r.field(q, "multiple_of", "requires: ");
+            if (!m.is_object() || m.size() != 1 || !m.begin().value().is_number_integer() || m.begin().value().get<int64_t>() < 1)
+                r.fail("requires: 'multiple_of' must be {\"axis\": N}");
+            k->requirement.axis = m.begin().key();
+            k->requirement.multiple = m.begin().value().get<int64_t>();
+        }
+        k->tuned_only = e.contains("tuned_only") && r.boolean(e, "tuned_only");
+        if (e.contains("tuned")) {  // the shape classes tuning chose this kernel for
+            const json &t = e["tuned"];
+            if (!t.is_array()) r.fail("field 'tuned' is not an array");
+            for (const json &w : t) {
+                try {
+                    Kernel::Tuned x;
+                    x.shape = ShapeClass::from_json(w.at("shape"));
+                    x.cpu = CpuFingerprint::from_json(w.at("cpu"));
+                    x.sizes = w.value("sizes", std::map<std::string, int64_t>{});
+                    x.gbps = w.value("gbps", 0.0);
+                    x.frac = w.value("frac", 0.0);
+                    x.limit = w.value("limit", "");
+                    k->tuned.push_back(std::move(x));
+                } catch (const json::exception &ex) {
+                    r.fail(std::string("a 'tuned' entry: ") + ex.what());
+                } catch (const UserError &ex) {
+                    r.fail(std::string("a 'tuned' entry: ") + ex.what());
+                }
+            }
+        }
         const json &args = r.field(e, "args");
         if (!args.is_array()) r.fail("field 'args' is not an array");
         for (size_t j = 0; j < args.size(); ++j) {
@@ -390,7 +427,7 @@ const Registry::Kernel *Registry::select(const std::string &layer, DType dtype, 
     auto rank = [](Isa i) { return i == Isa::Avx512 ? 2 : i == Isa::Avx2 ? 1 : 0; };
     const Kernel *best = nullptr;
     for (const auto &k : kernels_) {
-        if (k->layer != layer || k->dtype != dtype || k->variant != variant) continue;
+        if (k->layer != layer || k->dtype != dtype || k->variant != variant || k->tuned_only) continue;
         if (isa && k->isa != *isa) continue;
         if (k->backend != backend) continue;
         if (!k->runs_here()) continue;
@@ -402,6 +439,100 @@ const Registry::Kernel *Registry::select(const std::string &layer, DType dtype, 
 const Registry::Kernel *Registry::select_grad(const std::string &layer, DType dtype, std::optional<Isa> isa, Backend backend) const {
     const Kernel *k = select(layer + "_grad", dtype, false, isa, backend);
     return k && k->grad_of == layer ? k : nullptr;
+}
+
+std::string Registry::Kernel::refuses(const std::map<std::string, TensorView> &tensors, const AxisExtents &ext) const {
+    const Requirement &q = requirement;
+    if (!q.alignment) return "";
+    const AxisId ax = spec->find_axis(q.axis);
+    if (ax >= 0 && ext.extent.at((size_t)ax) % q.multiple != 0)
+        return "axis '" + q.axis + "' = " + std::to_string(ext.extent.at((size_t)ax)) + " is not a multiple of " + std::to_string(q.multiple);
+    for (const std::string &o : q.outputs) {
+        auto it = tensors.find(o);
+        if (it == tensors.end()) continue;  // scratch, allocated aligned by run_kernel
+        if ((uintptr_t)it->second.data % (uintptr_t)q.alignment != 0)
+            return "output '" + o + "' is not " + std::to_string(q.alignment) + "-byte aligned";
+    }
+    return "";
+}
+
+Registry::Selection Registry::choose(const std::string &layer, DType dtype, const std::vector<int64_t> &extents, bool need_optional_outputs,
+                                     const std::map<std::string, TensorView> *tensors, bool aligned) const {
+    Selection sel;
+    sel.kernel = select(layer, dtype, need_optional_outputs);
+    if (!sel.kernel) {
+        sel.why = "no " + std::string(dtype_name(dtype)) + " kernel of layer '" + layer + "' runs here";
+        return sel;
+    }
+    const CpuFingerprint &cpu = this_cpu();
+    sel.shape = shape_class(*sel.kernel->spec, *sel.kernel->plan, extents, cpu);
+    struct Choice {
+        const Kernel *k;
+        const Kernel::Tuned *t;
+        double score;
+    };
+    std::vector<Choice> choices;
+    for (const auto &k : kernels_) {
+        if (k->layer != layer || k->dtype != dtype || k->variant != sel.kernel->variant || k->tuned.empty() || !k->runs_here()) continue;
+        for (const Kernel::Tuned &t : k->tuned) {
+            const double score = tuned_match_score(sel.shape, cpu, t.shape, t.cpu);
+            if (std::isfinite(score)) choices.push_back({k.get(), &t, score});
+        }
+    }
+    std::stable_sort(choices.begin(), choices.end(), [](const Choice &a, const Choice &b) { return a.score < b.score; });
+    std::string skipped;
+    AxisExtents ext{extents};
+    for (const Choice &c : choices) {
+        std::string no;
+        if (c.k->requirement.alignment) {
+            if (tensors) no = c.k->refuses(*tensors, ext);
+            else if (!aligned) no = "its outputs must be aligned (streaming stores)";
+            else {
+                const AxisId ax = c.k->spec->find_axis(c.k->requirement.axis);
+                if (ax >= 0 && extents.at((size_t)ax) % c.k->requirement.multiple) no = "axis '" + c.k->requirement.axis + "' is not a multiple of " +
+                                                                                          std::to_string(c.k->requirement.multiple);
+            }
+        }
+        if (!no.empty()) {
+            if (skipped.empty()) skipped = "; " + c.k->function + " skipped: " + no;
+            continue;
+        }
+        char frac[64];
+        std::snprintf(frac, sizeof frac, "%.1f GB/s = %.0f%% of %s", c.t->gbps, 100 * c.t->frac, c.t->limit.c_str());
+        sel.kernel = c.k;
+        sel.why = std::string("tuned: ") + backend_name(c.k->backend) + " kernel " + c.k->function + ", chosen for class " + c.t->shape.key() +
+                  (c.t->shape.key() == sel.shape.key() ? "" : " (nearest to " + sel.shape.key() + ")") + " on " + c.t->cpu.text() + ": " + frac +
+                  " there" + skipped;
+        return sel;
+    }
+    sel.why = "default: " + sel.kernel->function + " (" +
+              (choices.empty() ? "no tuned schedule for class " + sel.shape.key() + " on a CPU like this one" : "every tuned choice refused this call") +
+              ")" + skipped;
+    return sel;
+}
+
+Registry::Selection Registry::select_for(const std::string &layer, DType dtype, const std::map<std::string, TensorView> &tensors,
+                                         bool need_optional_outputs) const {
+    auto s = spec(layer);
+    if (!s) return Selection{nullptr, {}, "no layer '" + layer + "' in " + path_};
+    std::map<std::string, std::vector<int64_t>> shapes;
+    for (const auto &[name, v] : tensors)
+        if (s->find_tensor(name)) shapes[name] = v.shape;
+    const AxisExtents ext = bind_axes(*s, shapes);  // a bad call is refused here, naming the tensor
+    return choose(layer, dtype, ext.extent, need_optional_outputs, &tensors, false);
+}
+
+Registry::Selection Registry::select_for_sizes(const std::string &layer, DType dtype, const std::map<std::string, int64_t> &sizes,
+                                               bool need_optional_outputs, bool aligned) const {
+    auto s = spec(layer);
+    if (!s) return Selection{nullptr, {}, "no layer '" + layer + "' in " + path_};
+    return choose(layer, dtype, extents_from_sizes(*s, sizes), need_optional_outputs, nullptr, aligned);
+}
+
+Registry::Selection Registry::select_grad_for(const std::string &layer, DType dtype, const std::map<std::string, TensorView> &tensors) const {
+    Selection s = select_for(layer + "_grad", dtype, tensors, false);
+    if (s.kernel && s.kernel->grad_of != layer) s.kernel = nullptr;
+    return s;
 }
 
 }  // namespace normgen

@@ -20,6 +20,11 @@
 //         "schedule_text": "row schedule: ...",              // what it did, in words
 //         "library": "kernels/layer_norm.halide.a",   // the archive holding it (one per .norm file and backend)
 //         "grad_of": "layer_norm",       // a backward kernel (layer layer_norm_grad); absent: a forward one
+//         "tuned": [{"shape": {...}, "cpu": {...}, "sizes": {...}, "gbps": G, "frac": F, "limit": "copy_nt"}],
+//                                        // the shape classes tuning chose this kernel for (select_for)
+//         "tuned_only": true,            // a kernel built for those classes alone (absent: a default kernel)
+//         "requires": {"alignment": 32, "outputs": ["y"], "multiple_of": {"d": 8}},
+//                                        // streaming stores: what a call must give (run_kernel checks)
 //         "header": "kernels/<function>.h",            // file paths are relative to the manifest's folder
 //         "args": [ { "name": "x", "role": "input" | "param" | "output", "dtype": "f32",
 //                     "dims": ["rows", "d"],         // declared axes, memory order, outermost first
@@ -35,6 +40,9 @@
 #include "runtime/kernel_table.h"
 #include "runtime/manifest_schema.h"
 #include "runtime/shapes.h"
+#include "runtime/tensor.h"
+#include "codegen/common/kernel_plan.h"
+#include "codegen/common/tuning_keys.h"
 
 #include <cstddef>
 #include <map>
@@ -100,6 +108,26 @@ public:
         std::string schedule_record;  // the schedule record, JSON (the manifest's "schedule")
         std::string library, header;
         std::string grad_of;          // a backward kernel (`normgen grad`): the forward layer; "" otherwise
+        // Streaming stores (the manifest's "requires"): the outputs' data aligned to `alignment` bytes
+        // and axis `axis` a multiple of `multiple`; alignment 0: the kernel takes any dense call.
+        struct Requirement {
+            int alignment = 0;
+            std::vector<std::string> outputs;
+            std::string axis;
+            int64_t multiple = 1;
+        } requirement;
+        // The shape classes a tuned kernel won (the manifest's "tuned", written from the tuning
+        // database by the generators): each with the CPU it was measured on and what it reached.
+        struct Tuned {
+            ShapeClass shape;
+            CpuFingerprint cpu;
+            std::map<std::string, int64_t> sizes;
+            double gbps = 0, frac = 0;
+            std::string limit;
+        };
+        std::vector<Tuned> tuned;
+        bool tuned_only = false;  // built for its tuned classes alone (select() never returns it)
+        std::shared_ptr<const KernelPlan> plan;  // the kernel's plan (its shape classes are computed from it)
         std::vector<KernelArg> args;  // in argument order
         int (*argv)(void **) = nullptr;
         std::shared_ptr<const NormSpec> spec;  // parsed from `norm`, shared by the layer's kernels
@@ -108,6 +136,15 @@ public:
         const KernelArg *find_arg(const std::string &name) const;  // nullptr if not an argument
         StorageMap storage() const;  // the storage type of every argument (what the reference needs)
         bool runs_here() const;  // a CPU kernel whose every cpu feature this CPU supports
+        // Whether a call may take this kernel (its requirement met); "" when it may, else why not.
+        std::string refuses(const std::map<std::string, TensorView> &tensors, const AxisExtents &ext) const;
+    };
+
+    // A kernel chosen for a call's shapes (select_for), and why.
+    struct Selection {
+        const Kernel *kernel = nullptr;  // nullptr when the layer has no kernel for the type here
+        ShapeClass shape;                // the call's shape class on this CPU
+        std::string why;                 // one line: the tuned class and CPU it won, or why the default
     };
 
     Registry() = default;
@@ -135,7 +172,24 @@ public:
     const Kernel *select_grad(const std::string &layer, DType dtype, std::optional<Isa> isa = std::nullopt,
                               Backend backend = Backend::Halide) const;
 
+    // Dispatch by shape: the kernel, of either backend, that tuning chose for the call's shape class
+    // on the CPU nearest this one (codegen/common/tuning_keys.h: the same class, or one within
+    // kNearShape octaves; a CPU of the same ISA tier within kNearCpu), among the kernels that run
+    // here and whose requirement the call meets (a streaming-store kernel needs its outputs aligned:
+    // an unaligned call takes the next choice); else the default Halide kernel, select()'s. The
+    // tensors are the call's (run_kernel's map); their shapes bind the axes as run_kernel does.
+    Selection select_for(const std::string &layer, DType dtype, const std::map<std::string, TensorView> &tensors,
+                         bool need_optional_outputs = false) const;
+    // The same from sizes by axis name (no tensors: the pointers' alignment is taken as met when
+    // `aligned` is true, else a kernel with a requirement is skipped).
+    Selection select_for_sizes(const std::string &layer, DType dtype, const std::map<std::string, int64_t> &sizes,
+                               bool need_optional_outputs = false, bool aligned = true) const;
+    // select_for of the backward kernel of forward layer `layer` (<layer>_grad).
+    Selection select_grad_for(const std::string &layer, DType dtype, const std::map<std::string, TensorView> &tensors) const;
+
 private:
+    Selection choose(const std::string &layer, DType dtype, const std::vector<int64_t> &extents, bool need_optional_outputs,
+                     const std::map<std::string, TensorView> *tensors, bool aligned) const;
     std::string path_;
     std::vector<std::unique_ptr<Kernel>> kernels_;
     std::map<std::string, std::shared_ptr<const NormSpec>> specs_;

@@ -10,6 +10,8 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <algorithm>
 #include <memory>
 #include <set>
@@ -222,6 +224,11 @@ Prepared prepare(const Registry::Kernel &k, const std::map<std::string, TensorVi
                             ", got " + shape_text(got));
     }
 
+    // A kernel with streaming stores takes only the calls its requirement allows (Kernel::refuses).
+    if (std::string no = k.refuses(tensors, p.ext); !no.empty())
+        throw UserError(kname + " has streaming stores and cannot take this call: " + no +
+                        " (Registry::select_for gives such a call a kernel without that requirement)");
+
     // Memory: no output may overlap an input or another output, except an `updates` output that is
     // exactly the buffer of the input it updates.
     std::vector<Range> ins, outs;
@@ -275,6 +282,47 @@ halide_type_t halide_type_of(DType t) {
     case DType::F64: return halide_type_t(halide_type_float, 64, 1);
     }
     throw std::logic_error("halide_type_of: unknown dtype");
+}
+
+TensorMap run_kernel_f64(const Registry::Kernel &k, const TensorMap &inputs) {
+    const NormSpec &spec = *k.spec;
+    const AxisExtents ext = bind_axes(spec, inputs);
+    struct Free {
+        void operator()(uint8_t *p) const { std::free(p); }
+    };
+    std::map<std::string, std::unique_ptr<uint8_t, Free>> storage;
+    std::map<std::string, TensorView> views;
+    for (const KernelArg &a : k.args) {
+        TensorView v;
+        v.dtype = a.dtype;
+        std::vector<uint8_t> bytes;
+        if (a.role == KernelArg::Output) {
+            v.shape = physical_shape(spec, spec.find_output(a.name)->dims, ext);
+            bytes.assign((size_t)v.numel() * dtype_size(a.dtype), 0xff);  // NaN poison
+        } else {
+            auto it = inputs.find(a.name);
+            if (it == inputs.end()) throw UserError("run_kernel_f64: missing input '" + a.name + "'");
+            v.shape = it->second.shape;
+            bytes = encode(it->second.data, a.dtype);
+        }
+        const size_t n = (bytes.size() + 63) / 64 * 64;
+        uint8_t *mem = static_cast<uint8_t *>(std::aligned_alloc(64, std::max<size_t>(n, 64)));
+        if (!mem) throw std::bad_alloc();
+        std::memcpy(mem, bytes.data(), bytes.size());
+        storage[a.name].reset(mem);
+        v.data = mem;
+        views[a.name] = v;
+    }
+    run_kernel(k, views);
+    TensorMap out;
+    for (const KernelArg &a : k.args)
+        if (a.role == KernelArg::Output) {
+            HostTensor h;
+            h.shape = views[a.name].shape;
+            h.data = decode(storage[a.name].get(), (size_t)views[a.name].numel(), a.dtype);
+            out[a.name] = h;
+        }
+    return out;
 }
 
 void check_kernel_call(const Registry::Kernel &k, const std::map<std::string, TensorView> &tensors) {

@@ -15,7 +15,9 @@ namespace normgen {
 // and any optional outputs the caller wants (a "full" kernel's optional outputs that are not given
 // are written to scratch memory and dropped).
 //
-// Before anything is written, the call is refused with a UserError naming the tensor when: a
+// Before anything is written, the call is refused with a UserError naming the tensor when: a kernel
+// with streaming stores gets outputs it cannot take (Kernel::refuses: unaligned, or an extent not a
+// multiple of its vector; Registry::select_for never picks it for such a call); a
 // required tensor is missing; a name is unknown; an optional output is given to a "core" kernel
 // (select a full kernel); a data pointer is null; a storage type differs from the kernel's; a rank
 // or shape does not match the declaration (axes bound as in the reference, split axes divisible by
@@ -33,6 +35,12 @@ namespace normgen {
 // whole. A LayerNorm of 2^32 rows is four calls; one row of 2^31 elements, or a BatchNorm whose
 // outermost axis n is reduced, is refused.
 void run_kernel(const Registry::Kernel &k, const std::map<std::string, TensorView> &tensors);
+
+// run_kernel on float64 tensors (the verifier's and the tests' currency): the inputs (by name, already
+// representable in their storage types) are encoded to the kernel's storage types, every output
+// is poisoned (NaN) before the call, each tensor in 64-byte aligned memory; returns the outputs as
+// float64. The call's shapes come from the inputs, exactly as a program's.
+TensorMap run_kernel_f64(const Registry::Kernel &k, const TensorMap &inputs);
 
 // The halide_type_t of a storage type (f32, f16, bf16, f64).
 halide_type_t halide_type_of(DType t);

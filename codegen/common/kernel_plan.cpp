@@ -127,7 +127,8 @@ void collect_reductions(const NormSpec &spec, const Node &n, std::set<const Node
 // Can the two innermost memory axes of the main output run as one contiguous loop? When every
 // tensor has both or neither, adjacent and in the same order, and no statistic varies along them
 // (so nothing is indexed by one without the other).
-bool inner_pair_fusable(const NormSpec &spec, const std::vector<AxisId> &order, const std::vector<NodePtr> &reductions) {
+// `grouped`: statistics may vary along the outer of the two (GroupNorm NHWC's g of (g, cg)).
+bool inner_pair_fusable(const NormSpec &spec, const std::vector<AxisId> &order, const std::vector<NodePtr> &reductions, bool grouped = false) {
     if (order.size() < 3) return false;
     const AxisId a1 = order.back(), a2 = order[order.size() - 2];
     auto ok = [&](const std::vector<AxisId> &atoms) {
@@ -140,7 +141,7 @@ bool inner_pair_fusable(const NormSpec &spec, const std::vector<AxisId> &order, 
     for (const OutputInfo &o : spec.outputs)
         if (!ok(spec.memory_atoms(o.dims))) return false;
     for (const NodePtr &r : reductions)
-        if (contains(r->axes, a1) || contains(r->axes, a2)) return false;
+        if (contains(r->axes, a1) || (!grouped && contains(r->axes, a2))) return false;
     return true;
 }
 
@@ -377,6 +378,7 @@ KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant) {
         }
     }
     p.inner_pair_fusable = inner_pair_fusable(spec, p.main_order, reductions);
+    p.inner_pair_grouped = !p.inner_pair_fusable && inner_pair_fusable(spec, p.main_order, reductions, true);
 
     for (size_t a = 0; a < spec.axes.size(); ++a) {
         if (spec.axes[a].is_split() || contains(p.reduced, (AxisId)a)) continue;
@@ -454,6 +456,7 @@ json plan_json(const NormSpec &spec, const KernelPlan &p) {
     for (int o : p.column_sums) columns.push_back(spec.outputs[o].name);
     j["column_sums"] = columns;
     j["inner_pair_fusable"] = p.inner_pair_fusable;
+    j["inner_pair_grouped"] = p.inner_pair_grouped;
     j["split_axes"] = axis_names_json(spec, p.split_axes);
     if (p.cuda_refusal.empty()) {
         j["cuda"] = {{"block_axes", axis_names_json(spec, p.cuda_block_axes)}};
@@ -496,7 +499,8 @@ std::string plan_text(const NormSpec &spec, const KernelPlan &p) {
         for (size_t i = 0; i < p.column_sums.size(); ++i) os << (i ? ", " : " ") << spec.outputs[p.column_sums[i]].name;
         os << "\n";
     }
-    os << "  inner pair fusable: " << (p.inner_pair_fusable ? "yes" : "no") << "\n";
+    os << "  inner pair fusable: " << (p.inner_pair_fusable ? "yes" : p.inner_pair_grouped ? "grouped (statistics vary along its outer axis)" : "no")
+       << "\n";
     os << "  split axes: [" << names_of(spec, p.split_axes) << "]\n";
     if (p.cuda_refusal.empty() && !p.cuda_columns.empty()) {
         os << "  cuda: a block per block of rows [" << names_of(spec, p.cuda_row_axes) << "], partial sums of";

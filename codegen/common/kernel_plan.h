@@ -107,6 +107,10 @@ struct KernelPlan {
     // The two innermost axes of main_order travel together in every tensor and no statistic varies
     // along them (BatchNorm's (h, w)): a map may run them as one contiguous loop.
     bool inner_pair_fusable = false;
+    // The same pair travels together in every tensor, but statistics vary along its outer axis
+    // (GroupNorm NHWC's (g, cg)): a map may still run it as one loop, reading the per-group values
+    // by index (the halide-cpu knob group_vectors).
+    bool inner_pair_grouped = false;
     // Axes no computed reduction reduces that every output of the kernel has, outermost first: the
     // CPU runtime may cut an MLIR kernel's work along one of them (runtime/mlir_abi.h).
     std::vector<AxisId> split_axes;

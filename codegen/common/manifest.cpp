@@ -36,9 +36,13 @@ json manifest_args(const NormSpec &spec, const KernelPlan &plan) {
     return args;
 }
 
+std::string entry_function_name(const NormSpec &spec, const KernelPlan &plan, const KernelEntryInfo &info) {
+    return kernel_function_name(spec.name, plan.dtype, info.backend, info.isa, plan.variant) + info.function_suffix;
+}
+
 json manifest_entry(const NormSpec &spec, const KernelPlan &plan, const KernelEntryInfo &info) {
     json e;
-    e["function"] = kernel_function_name(spec.name, plan.dtype, info.backend, info.isa, plan.variant);
+    e["function"] = entry_function_name(spec, plan, info);
     e["layer"] = spec.name;
     e["source"] = info.source;
     e["norm"] = print_norm(spec);
@@ -49,7 +53,15 @@ json manifest_entry(const NormSpec &spec, const KernelPlan &plan, const KernelEn
     e["variant"] = variant_name(plan.variant);
     e["backend"] = backend_name(info.backend);
     e["device"] = device_name(device_of(info.isa));
-    if (info.schedule) e["schedule"] = info.schedule->to_json();
+    if (info.schedule) {
+        e["schedule"] = info.schedule->to_json();
+        const StreamingRequirement st = streaming_requirement(spec, plan, *info.schedule);
+        if (st.alignment)
+            e["requires"] = {{"alignment", st.alignment}, {"outputs", st.outputs}, {"multiple_of", {{st.inner_axis, st.multiple}}}};
+    }
+    if (info.tuned.is_array() && !info.tuned.empty()) e["tuned"] = info.tuned;
+    // A kernel built for tuned shape classes only: select_for may pick it, select() never does.
+    if (!info.function_suffix.empty()) e["tuned_only"] = true;
     e["schedule_text"] = info.schedule_text;
     if (!info.grad_of.empty()) e["grad_of"] = info.grad_of;
     e["library"] = info.library;
@@ -131,6 +143,12 @@ void write_kernel_table(const json &entries, const std::string &path) {
     }
     if (host.empty()) os << "    {nullptr, nullptr},\n";
     os << "};\nconst size_t kKernelTableSize = " << host.size() << ";\n\n}  // namespace normgen\n";
+    // The same table for a program that loads a kernel library with dlopen (normgen-measure). The
+    // function reads the table's address from data (volatile: relocated at load time, never folded
+    // into the code), so the object links into a shared library even when compiled without -fPIC.
+    os << "\nnamespace {\nconst normgen::KernelEntry *volatile table_address = normgen::kKernelTable;\n}  // namespace\n"
+       << "extern \"C\" const normgen::KernelEntry *normgen_kernel_table(size_t *count) {\n"
+       << "    *count = " << host.size() << ";\n    return table_address;\n}\n";
     // The Halide runtime may sit in the same archive as this table (normgen_add_kernels). A program
     // that uses the table pulls this object in, and this reference pulls the runtime in with it (the
     // linker rescans an archive until nothing new is needed), so the kernels' libraries, which come

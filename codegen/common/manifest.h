@@ -27,10 +27,16 @@ struct KernelEntryInfo {
     std::string schedule_text;              // what the schedule did, in words
     std::string library, header;            // file names in the kernel's folder ("" when none)
     std::string grad_of;                    // a backward kernel (`--grad`): the forward layer's name
+    std::string function_suffix;            // a tuned kernel: "__t<tag>" after the default name (tuning_db.h)
+    nlohmann::json tuned;                   // the shape classes this kernel won (tuned_manifest_field), or null
 };
 
+// The C symbol of a kernel: kernel_function_name(...) + info.function_suffix.
+std::string entry_function_name(const NormSpec &spec, const KernelPlan &plan, const KernelEntryInfo &info);
+
 // The manifest entry of one kernel: function name, layer, canonical declaration, dtype, variant,
-// backend, device, ISA, the schedule record (JSON) and its description, files and args. Backends
+// backend, device, ISA, the schedule record (JSON) and its description, files and args; for a
+// tuned kernel the classes it won ("tuned"), for streaming stores what a call must give ("requires"). Backends
 // add their own fields (MLIR's "split", CUDA's launch geometry) to the object returned.
 nlohmann::json manifest_entry(const NormSpec &spec, const KernelPlan &plan, const KernelEntryInfo &info);
 

@@ -42,6 +42,13 @@ const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k) {
          "elements of one block of rows when sums over the rows (parameter gradients) are per-block partials: the block's "
          "sweeps after the first hit the cache"},
         {"fuse_inner_pair", 1, 0, 1, true, false, "run the two innermost axes as one loop when the plan allows it (BatchNorm's h, w)"},
+        {"streaming_stores", 0, 0, 1, true, false,
+         "non-temporal stores of the main output (and outputs of its shape): the kernel then needs them aligned to its vector and "
+         "their innermost extent a multiple of vector_width; other calls take the ordinary kernel (needs normgen-mlir, LLVM 22)"},
+        {"fuse_reduced_pair", 0, 0, 1, true, false,
+         "sum a reduction's two innermost reduced axes as one contiguous loop when they are dense (BatchNorm's and GroupNorm's h, w)"},
+        {"group_vectors", 0, 0, 1, true, false,
+         "channels-last statistics per group (GroupNorm NHWC): vectors along all channels (g, cg) instead of masked vectors per group"},
     };
     static const std::vector<KnobSpec> mlir_cpu{
         {"sum_block", 256, 1, int64_t(1) << 20, false, false, "elements of the innermost reduced axis per block of a blocked sum"},
@@ -173,6 +180,67 @@ ScheduleRecord choose_schedule(const KernelPlan &plan, ScheduleKind kind, Isa is
     if (kind == ScheduleKind::HalideCpu) r.set("vector_width", isa == Isa::Avx512 ? 16 : 8);  // the natural f32 width
     if (!overrides.empty()) apply_schedule_overrides(r, overrides);
     return r;
+}
+
+StreamingRequirement streaming_requirement(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &record) {
+    StreamingRequirement r;
+    if (record.kind() != ScheduleKind::HalideCpu || !record.flag("streaming_stores") || plan.main_order.empty()) return r;
+    const int vw = (int)record.get("vector_width");
+    int bytes = 0;
+    for (const PlanArg *o : plan.outputs()) {
+        if (o->output != plan.main_output && std::find(plan.same_shape.begin(), plan.same_shape.end(), o->output) == plan.same_shape.end())
+            continue;
+        r.outputs.push_back(o->name);
+        bytes = std::max(bytes, o->dtype == DType::F32 ? 4 : o->dtype == DType::F64 ? 8 : 2);
+    }
+    r.inner_axis = spec.axes[plan.main_order.back()].name;
+    r.multiple = vw;
+    r.alignment = std::min(64, vw * bytes);
+    return r;
+}
+
+std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &defaults, int inner_multiple) {
+    std::vector<KnobChoice> space;
+    auto add = [&](const std::string &knob, std::vector<int64_t> values) {
+        const int64_t d = defaults.get(knob);
+        if (std::find(values.begin(), values.end(), d) == values.end()) values.insert(values.begin(), d);
+        if (values.size() > 1) space.push_back({knob, values});
+    };
+    if (defaults.kind() == ScheduleKind::MlirCpu) {
+        add("chunk_bytes", {128 << 10, 512 << 10, 2 << 20, 8 << 20});
+        add("sum_block", {64, 256, 1024});
+        add("fuse_trailing", {1, 0});
+        return space;
+    }
+    if (defaults.kind() != ScheduleKind::HalideCpu) return space;
+    const std::vector<AxisId> &order = plan.main_order;
+    // A reduction over both innermost axes (BatchNorm's and GroupNorm's h, w) may sum them as one loop.
+    bool pair_reduced = false;
+    if (order.size() >= 2)
+        for (const PlanStage &st : plan.stages)
+            for (const NodePtr &r : st.reductions)
+                pair_reduced = pair_reduced || (std::count(r->over.begin(), r->over.end(), order.back()) &&
+                                                std::count(r->over.begin(), r->over.end(), order[order.size() - 2]));
+    const int64_t vw = defaults.get("vector_width");
+    // Structure first (what changes the loop nest), then widths and grains.
+    if (inner_multiple >= 8 && !plan.main_order.empty()) add("streaming_stores", {0, 1});
+    if (pair_reduced) add("fuse_reduced_pair", {0, 1});
+    if (plan.inner_pair_grouped) add("group_vectors", {0, 1});
+    if (plan.layout == LayoutClass::Row) add("row_in_cache", {1, 0});
+    add("vector_width", {vw, 2 * vw});
+    if (plan.layout == LayoutClass::Row) {
+        add("row_accumulators", {1, 2, 4, 8});
+        add("min_task_elements", {4096, 16384, 65536, 262144});
+        if (!plan.column_sums.empty()) add("column_block_elements", {65536, 262144, 1 << 20});
+    }
+    if (plan.layout == LayoutClass::Map) add("min_task_elements", {4096, 16384, 65536, 262144});
+    if (plan.inner_pair_fusable) add("fuse_inner_pair", {1, 0});
+    if (!plan.stages.empty()) add("sum_block", {32, 64, 128, 256});
+    if (spec.variance == VarianceAlgorithm::Welford && spec.has_var_reduction()) {
+        add("welford_lanes", {8, 16, 32});
+        add("welford_block", {32, 64, 256});
+    }
+    return space;
 }
 
 void check_schedule_overrides(ScheduleKind kind, const std::string &spec) {

@@ -60,6 +60,28 @@ private:
 // applied when given (apply_schedule_overrides).
 ScheduleRecord choose_schedule(const KernelPlan &plan, ScheduleKind kind, Isa isa, const std::string &overrides = "");
 
+// Streaming stores (the halide-cpu knob streaming_stores): the outputs they apply to (the main
+// output and those of its shape) and what a call must give them: data aligned to `alignment` bytes
+// (the vector's bytes) and the innermost axis a multiple of `multiple` elements, so that Halide
+// proves every full-vector store aligned. alignment 0: the record does not stream.
+struct StreamingRequirement {
+    std::vector<std::string> outputs;
+    std::string inner_axis;
+    int multiple = 1;
+    int alignment = 0;
+};
+StreamingRequirement streaming_requirement(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &record);
+
+// The schedule space a tuner searches for one plan (`normgen tune`): the knobs that change the
+// kernel of this plan, each with the values worth trying, most promising knob first; the record's
+// default is among each knob's values. `inner_multiple`: the largest of 16, 8, 4, 2, 1 that
+// divides the innermost extent of the shapes tuned (streaming stores need a multiple of the vector).
+struct KnobChoice {
+    std::string knob;
+    std::vector<int64_t> values;
+};
+std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &defaults, int inner_multiple);
+
 // Overrides from the command line: `spec` is a path to a JSON file (a record or an object of knobs)
 // when such a file exists or it ends in ".json", else "knob=value,knob=value". Knobs the record's
 // kind does not have are refused, naming the knob and listing the kind's knobs.

@@ -4,9 +4,11 @@
 #include "codegen/common/kernel_plan.h"
 #include "codegen/common/manifest.h"
 #include "codegen/common/schedule_record.h"
+#include "codegen/common/tuning_db.h"
 #include "codegen/driver/catalog_table.h"
 #include "codegen/driver/describe.h"
 #include "codegen/driver/torch_cmd.h"
+#include "codegen/driver/tune.h"
 #include "runtime/reference/invariants.h"
 #include "codegen/driver/report.h"
 #include "codegen/halide/aot.h"
@@ -22,6 +24,7 @@
 #include "runtime/npy.h"
 #include "runtime/reference/interpreter.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <unistd.h>
@@ -99,7 +102,7 @@ commands:
                         (sm_90 PTX). --locations: beside each op, the file:line:col of the
                         declaration's node it came from.
   compile FILE -o DIR [--backend halide|mlir] [--target host,x86-64-avx2] [--dtype f32,bf16,f16]
-                 [--schedule KNOBS|FILE.json] [--archive NAME.a] [--grad]
+                 [--schedule KNOBS|FILE.json] [--archive NAME.a] [--grad] [--tuning DIR]
                         Generate the declaration's kernels ahead of time: for each type,
                         target and variant an object and header (C ABI, one
                         halide_buffer_t per tensor), all in one static library (NAME.a,
@@ -109,6 +112,9 @@ commands:
                         --backend mlir: the MLIR CPU kernels for this host.
                         --grad: the kernels of the backward (`normgen grad FILE`), layer
                         <name>_grad, marked "grad_of" in the manifest (Registry::select_grad).
+                        --tuning DIR: also one kernel per schedule the tuning database
+                        DIR chose (`normgen tune`), which Registry::select_for picks by
+                        the call's shape class and this CPU.
   merge --manifest M.json --table T.cpp MANIFEST.json...
                         Merge the manifests of several compiles into one manifest and one
                         kernel table (file paths made relative to M.json's folder; a
@@ -129,6 +135,26 @@ commands:
                         the inputs are rounded to the storage type (--dtype) first. --set
                         overrides a declared const or fixes an axis extent (e.g. --set
                         eps=1e-6 --set g=4). Nothing is written unless every input is valid.
+  tune FILE.norm... [--backend halide,mlir] [--dtype ...] [--shapes grid|SIZES;...] [--budget SECONDS]
+                    [--db DIR] [--grad]
+                        Search each declaration's schedules (both backends, the knobs of its
+                        schedule records) for its shape classes on this machine: every
+                        candidate verified against the float64 reference, then timed
+                        interleaved with the defaults and the copy rooflines; the choices go
+                        to the tuning database DIR (records.jsonl, best/<layer>.json), which
+                        `compile --tuning DIR` builds into kernels that Registry::select_for
+                        picks by shape. (normgen tune --help)
+  autoschedule FILE.norm... -o DIR [--shapes grid|SIZES;...] [--dtype ...] [--grad]
+                        Halide's autoschedulers (Adams2019, Li2018, Mullapudi2016) on the
+                        same algorithm, per shape, as kernel libraries in DIR for
+                        normgen_bench --normgen_extra=DIR. (normgen autoschedule --help)
+  describe FILE --shape SIZES [--dtype T] [--db DIR] [--grad]
+                        Which schedule a call of that shape (rows=4096,d=4096) gets on
+                        this CPU from the tuning database (default generated/tuning), and
+                        why: the call's shape class and limit, the tuned choice for the
+                        nearest class on the nearest CPU (or the default), its
+                        measurement. A program's registry chooses among its built kernels
+                        the same way (Registry::select_for, whose Selection::why says it).
   report RESULTS.json -o DIR [--no-plots] [--print]
                         Turn normgen_bench's Google Benchmark JSON (--benchmark_out=FILE
                         --benchmark_out_format=json; scripts/bench.sh writes
@@ -243,7 +269,7 @@ int cmd_run_any(const std::vector<std::string> &rest) {
 // static library), the Halide runtime they share, a manifest, and the kernel table
 // (runtime/kernel_table.h) to link with them.
 int cmd_compile(const std::vector<std::string> &args) {
-    std::string file, out_dir, backend = "halide", schedule, archive;
+    std::string file, out_dir, backend = "halide", schedule, archive, tuning;
     std::vector<DType> dtypes{DType::F32};
     std::vector<std::string> targets{"host"};
     bool targets_given = false, grad = false;
@@ -262,6 +288,7 @@ int cmd_compile(const std::vector<std::string> &args) {
         } else if (a == "--dtype") dtypes = parse_dtypes(value("--dtype"));
         else if (a == "--schedule") schedule = value("--schedule");
         else if (a == "--archive") archive = value("--archive");
+        else if (a == "--tuning") tuning = value("--tuning");
         else if (!a.empty() && a[0] == '-') throw Usage("compile: unknown option '" + a + "'");
         else if (file.empty()) file = a;
         else throw Usage("compile: one .norm file at a time (got '" + file + "' and '" + a + "')");
@@ -292,11 +319,12 @@ int cmd_compile(const std::vector<std::string> &args) {
                                       "--table", (fs::path(out_dir) / "kernel_table.cpp").string()};
         if (!archive.empty()) rest.insert(rest.end(), {"--archive", archive});
         if (!schedule.empty()) rest.insert(rest.end(), {"--schedule", schedule});
+        if (!tuning.empty()) rest.insert(rest.end(), {"--tuning", tuning});
         if (grad) rest.push_back("--grad");
         exec_mlir("compile", rest);
     }
     for (const std::string &t : targets) hl::parse_target(t);  // refuse a bad target before writing
-    hl::AotRequest req{file, dtypes, targets, out_dir, archive, schedule, grad_of};
+    hl::AotRequest req{file, dtypes, targets, out_dir, archive, schedule, grad_of, tuning, ""};
     nlohmann::json entries = hl::compile_halide_kernels(spec, req);
     hl::compile_halide_runtime((fs::path(out_dir) / "halide_runtime.o").string());
     write_manifest(entries, (fs::path(out_dir) / "manifest.json").string());
@@ -385,9 +413,66 @@ int cmd_grad(const std::vector<std::string> &args) {
     return 0;
 }
 
+// normgen describe FILE --shape SIZES [--dtype T] [--db DIR] [--grad]: which schedule a call of
+// that shape gets on this CPU from the tuning database, and why (the registry's own choice,
+// Registry::select_for, ranks the built kernels by the same score).
+int cmd_describe_shape(const std::string &file, const std::string &shape, DType dtype, const std::string &db, bool grad) {
+    NormSpec spec = load_norm_file(file);
+    if (grad) spec = differentiate(spec).spec;
+    const std::vector<int64_t> ext = extents_from_sizes(spec, parse_sizes(shape));
+    const CpuFingerprint &cpu = this_cpu();
+    const KernelPlan plan = make_plan(spec, dtype, Variant::Core);
+    const ShapeClass cls = shape_class(spec, plan, ext, cpu);
+    const LayerLimit limit = layer_limit(spec, plan, ext, cpu);
+    std::cout << spec.name << " " << dtype_name(dtype) << " at " << sizes_text(spec, ext) << " on " << cpu.text() << "\n"
+              << "  shape class: " << cls.key() << " (" << plan_bytes(spec, plan, ext) << " bytes a call)\n"
+              << "  limit: " << (limit.reads_twice ? "a read of x + a copy" : "a copy") << " (" << limit.why << ")\n";
+    std::vector<std::string> notes;
+    const std::vector<TuningRecord> best = TuningDb(db).best(spec.name, kernel_identity(spec), &notes);
+    for (const std::string &n : notes) std::cout << "  note: " << n << "\n";
+    const TuningRecord *pick = nullptr;
+    double score = 0;
+    for (const TuningRecord &r : best) {
+        if (r.dtype != dtype_name(dtype) || r.variant != "core") continue;
+        const double s = tuned_match_score(cls, cpu, r.shape, r.cpu);
+        if (std::isfinite(s) && (!pick || s < score)) {
+            pick = &r;
+            score = s;
+        }
+    }
+    const Isa isa = hl::isa_of(hl::parse_target("host"));
+    if (!pick) {
+        std::cout << "  schedule: the default (" << best.size() << " tuned entr" << (best.size() == 1 ? "y" : "ies") << " for " << spec.name
+                  << " in " << db << ", none for this class on a CPU like this one)\n"
+                  << "    " << choose_schedule(plan, ScheduleKind::HalideCpu, isa).to_json().dump() << "\n";
+        return 0;
+    }
+    std::cout << "  schedule: tuned, " << pick->backend << " (chosen " << pick->when << " for class " << pick->shape.key()
+              << (pick->shape.key() == cls.key() ? "" : ", the nearest") << " on " << pick->cpu.text() << ")\n"
+              << "    " << pick->schedule.dump() << "\n";
+    char line[256];
+    std::snprintf(line, sizeof line, "    measured at %s: %.2f GB/s = %.0f%% of %s (%.1f GB/s, %.1f-%.1f), %.2fx the halide default\n",
+                  [&] {
+                      std::string t;
+                      for (const auto &[k, v] : pick->sizes) t += (t.empty() ? "" : ",") + k + "=" + std::to_string(v);
+                      return t;
+                  }().c_str(),
+                  pick->result.gbps, 100 * pick->result.frac, pick->result.limit.c_str(), pick->result.limit_gbps, pick->result.limit_p20_gbps,
+                  pick->result.limit_p80_gbps, pick->result.vs_default);
+    std::cout << line;
+    const ScheduleKind kind = pick->backend == "mlir" ? ScheduleKind::MlirCpu : ScheduleKind::HalideCpu;
+    const ScheduleRecord rec = ScheduleRecord::from_json(pick->schedule, kind, db);
+    const StreamingRequirement st = streaming_requirement(spec, plan, rec);
+    if (st.alignment)
+        std::cout << "    streaming stores: a call whose " << st.outputs.front() << " is not " << st.alignment << "-byte aligned, or whose "
+                  << st.inner_axis << " is not a multiple of " << st.multiple << ", gets the default kernel\n";
+    return 0;
+}
+
 int cmd_describe(const std::vector<std::string> &args) {
     std::vector<std::string> files;
-    bool plan = false, json = false, invariants = false;
+    bool plan = false, json = false, invariants = false, grad = false;
+    std::string shape, db = "generated/tuning";
     DType dtype = DType::F32;
     InvarianceOptions inv;
     for (size_t i = 0; i < args.size(); ++i) {
@@ -397,6 +482,9 @@ int cmd_describe(const std::vector<std::string> &args) {
             return args[++i];
         };
         if (a == "--plan") plan = true;
+        else if (a == "--shape") shape = value();
+        else if (a == "--db") db = value();
+        else if (a == "--grad") grad = true;
         else if (a == "--json") json = true;
         else if (a == "--invariants") invariants = true;
         else if (a == "--samples") inv.sample_axes = split_list(value());
@@ -417,6 +505,11 @@ int cmd_describe(const std::vector<std::string> &args) {
     if (invariants) return cmd_invariants(files, inv, json);
     if (files.size() > 1) throw Usage("describe: one .norm file at a time (several only with --invariants)");
     const std::string &file = files[0];
+    if (!shape.empty()) {
+        if (plan || json) throw Usage("describe: --shape goes without --plan and --json");
+        return cmd_describe_shape(file, shape, dtype, db, grad);
+    }
+    if (grad) throw Usage("describe: --grad goes with --shape");
     if (json && !plan) throw Usage("describe: --json goes with --plan or --invariants");
     NormSpec spec = load_norm_file(file);
     if (!plan) {
@@ -459,7 +552,7 @@ int dispatch(const std::vector<std::string> &args) {
     }
     for (const auto &a : args)
         if (a == "-h" || a == "--help") {
-            std::cout << (args[0] == "torch" ? kTorchUsage : kUsage);
+            std::cout << (args[0] == "torch" ? kTorchUsage : args[0] == "tune" ? kTuneUsage : args[0] == "autoschedule" ? kAutoscheduleUsage : kUsage);
             return 0;
         }
     std::string cmd = args[0];
@@ -476,6 +569,16 @@ int dispatch(const std::vector<std::string> &args) {
     }
     if (cmd == "grad") return cmd_grad(rest);
     if (cmd == "torch") return cmd_torch(rest);
+    if (cmd == "tune") {
+        TuneOptions o = parse_tune_args(rest);
+        if (!o.autoschedule_out.empty()) throw Usage("tune: -o is for `normgen autoschedule`; the tuner writes to --db DIR");
+        return run_tune(o);
+    }
+    if (cmd == "autoschedule") {
+        TuneOptions o = parse_tune_args(rest);
+        if (o.autoschedule_out.empty()) throw Usage("autoschedule: give -o DIR");
+        return run_tune(o);
+    }
     if (cmd == "describe") return cmd_describe(rest);
     if (cmd == "merge") return cmd_merge(rest);
     if (cmd == "run") return cmd_run_any(rest);

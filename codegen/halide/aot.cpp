@@ -2,10 +2,15 @@
 
 #include "codegen/halide/jit.h"
 #include "codegen/common/manifest.h"
+#include "codegen/common/tuning_db.h"
+#include "codegen/tool/subprocess.h"
 #include "dsl/printer.h"
+#include "runtime/errors.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <set>
 
@@ -31,6 +36,37 @@ std::vector<std::string> cpu_features(const Target &t) {
     return f;
 }
 
+CompiledObject compile_halide_kernel(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &record, const Target &target,
+                                     const std::string &function, const std::string &out_dir, const std::string &streaming_tool) {
+    namespace fs = std::filesystem;
+    LoweredPipeline p = lower_to_halide(spec, plan, record);
+    CompiledObject c;
+    c.text = schedule_cpu(p, spec, plan, record);
+    const std::string prefix = (fs::path(out_dir) / function).string();
+    c.object = prefix + ".o";
+    c.header = prefix + ".h";
+    const StreamingRequirement st = streaming_requirement(spec, plan, record);
+    if (!st.alignment) {
+        p.pipeline().compile_to({{OutputFileType::object, c.object}, {OutputFileType::c_header, c.header}}, p.arguments(), function, target);
+        return c;
+    }
+    // Streaming stores: Halide's bitcode, marked and compiled with LLVM 22 by normgen-mlir.
+    const std::string bitcode = prefix + ".bc";
+    p.pipeline().compile_to({{OutputFileType::bitcode, bitcode}, {OutputFileType::c_header, c.header}}, p.arguments(), function, target);
+    std::string outputs;
+    for (const std::string &o : st.outputs) outputs += (outputs.empty() ? "" : ",") + o;
+    const std::string tool = streaming_tool.empty() ? sibling_tool("normgen-mlir") : streaming_tool;
+    ProcessResult r = run_process({tool, "streaming", bitcode, "-o", c.object, "--buffers", outputs});
+    std::remove(bitcode.c_str());
+    if (r.status != 0)
+        throw UserError(function + ": streaming stores need the MLIR backend's LLVM 22 step (" + tool + " streaming), which failed" +
+                        (r.status == 127 ? " to start (configure with NORMGEN_WITH_MLIR=ON)" : "") + ":\n" + r.output);
+    std::string said = r.output;
+    while (!said.empty() && (said.back() == '\n' || said.back() == '\r')) said.pop_back();
+    c.text += "; streaming stores to " + outputs + " (" + said + ")";
+    return c;
+}
+
 json compile_halide_kernels(const NormSpec &spec, const AotRequest &req) {
     namespace fs = std::filesystem;
     fs::create_directories(req.out_dir);
@@ -39,6 +75,13 @@ json compile_halide_kernels(const NormSpec &spec, const AotRequest &req) {
     std::vector<std::string> objects;
     Target first_target;
     std::set<Isa> seen_isa;
+    // The tuning database's winners for this declaration (stale records are dropped with a note).
+    std::vector<TuningRecord> best;
+    if (!req.tuning_dir.empty()) {
+        std::vector<std::string> notes;
+        best = TuningDb(req.tuning_dir).best(spec.name, kernel_identity(spec), &notes);
+        for (const std::string &n : notes) std::cerr << "normgen: note: " << n << "\n";
+    }
     for (const std::string &tname : req.targets) {
         Target t = parse_target(tname).with_feature(Target::NoRuntime).without_feature(Target::JIT);
         const Isa isa = isa_of(t);
@@ -48,24 +91,33 @@ json compile_halide_kernels(const NormSpec &spec, const AotRequest &req) {
             for (Variant variant : variants_of(spec)) {
                 KernelPlan plan = make_plan(spec, dtype, variant);
                 ScheduleRecord record = choose_schedule(plan, ScheduleKind::HalideCpu, isa, req.schedule_overrides);
-                LoweredPipeline p = lower_to_halide(spec, plan, record);
-                std::string text = schedule_cpu(p, spec, plan, record);
-                std::string fn = kernel_function_name(spec.name, dtype, Backend::Halide, isa, variant);
-                std::string prefix = (fs::path(req.out_dir) / fn).string();
-                p.pipeline().compile_to({{OutputFileType::object, prefix + ".o"}, {OutputFileType::c_header, prefix + ".h"}}, p.arguments(), fn, t);
-                objects.push_back(prefix + ".o");
-                KernelEntryInfo info;
-                info.backend = Backend::Halide;
-                info.isa = isa;
-                info.source = req.source;
-                info.target = t.to_string();
-                info.cpu_features = cpu_features(t);
-                info.schedule = &record;
-                info.schedule_text = text;
-                info.grad_of = req.grad_of;
-                info.library = archive;
-                info.header = fn + ".h";
-                entries.push_back(manifest_entry(spec, plan, info));
+                // The default kernel first, then one per distinct winning schedule (tuning_db.h).
+                std::vector<std::pair<ScheduleRecord, json>> kernels{{record, json()}};
+                if (req.schedule_overrides.empty())
+                    for (const TunedSchedule &ts : tuned_schedules(best, dtype_name(dtype), variant_name(variant), "halide", isa_name(isa))) {
+                        ScheduleRecord tuned = ScheduleRecord::from_json(ts.schedule, ScheduleKind::HalideCpu, "tuning database " + req.tuning_dir);
+                        if (tuned == record) kernels[0].second = tuned_manifest_field(ts);
+                        else kernels.push_back({tuned, tuned_manifest_field(ts)});
+                    }
+                for (const auto &[rec, tuned] : kernels) {
+                    KernelEntryInfo info;
+                    info.backend = Backend::Halide;
+                    info.isa = isa;
+                    info.source = req.source;
+                    info.target = t.to_string();
+                    info.cpu_features = cpu_features(t);
+                    info.schedule = &rec;
+                    info.grad_of = req.grad_of;
+                    info.library = archive;
+                    info.tuned = tuned;
+                    if (&rec != &kernels[0].first) info.function_suffix = "__t" + schedule_tag(rec.to_json());
+                    const std::string fn = entry_function_name(spec, plan, info);
+                    CompiledObject c = compile_halide_kernel(spec, plan, rec, t, fn, req.out_dir, req.streaming_tool);
+                    objects.push_back(c.object);
+                    info.schedule_text = c.text;
+                    info.header = fn + ".h";
+                    entries.push_back(manifest_entry(spec, plan, info));
+                }
             }
         }
     }

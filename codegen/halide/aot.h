@@ -22,10 +22,27 @@ struct AotRequest {
     std::string archive;                 // the static library's file name in out_dir ("" = <layer>.a)
     std::string schedule_overrides;      // applied to every kernel's default record ("" = defaults)
     std::string grad_of;                 // the kernels are the backward of this layer (manifest "grad_of")
+    std::string tuning_dir;              // also one kernel per schedule this tuning database chose ("" = none)
+    std::string streaming_tool;          // normgen-mlir, for schedules with streaming stores ("" = beside this program)
 };
 
+// One compiled kernel: its object file and what the schedule did, in words.
+struct CompiledObject {
+    std::string object, header;
+    std::string text;
+};
+
+// Compiles one kernel of a plan under a schedule record for a target (no_runtime) into
+// out_dir/<function>.o and .h. A record with streaming stores goes through LLVM bitcode and
+// `streaming_tool streaming` (codegen/mlir/streaming.h).
+CompiledObject compile_halide_kernel(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &record, const Halide::Target &target,
+                                     const std::string &function, const std::string &out_dir, const std::string &streaming_tool);
+
 // Compiles every kernel of `spec` into out_dir and the archive, and returns the manifest entries
-// (one per kernel, "library" naming the archive). Targets that
+// (one per kernel, "library" naming the archive). With a tuning database, each (storage type,
+// target, variant) also gets one kernel per distinct schedule the database chose for it on a CPU
+// of the target's ISA (named <default name>__t<tag>, its entry's "tuned" listing the classes it
+// won); a chosen schedule equal to the default marks the default kernel instead. Targets that
 // resolve to the same ISA tag (a host without AVX-512 is "avx2") are compiled once. Variants: "core"
 // (required outputs) always; "full" (optional outputs too) when the layer has optional outputs.
 nlohmann::json compile_halide_kernels(const NormSpec &spec, const AotRequest &req);

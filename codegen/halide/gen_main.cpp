@@ -4,6 +4,7 @@
 //
 //   normgen-gen compile FILE --dtype f32,bf16,f16 --target host,x86-64-avx2 --out DIR --fragment F.json
 //                           [--archive NAME.a] [--source NAME] [--schedule KNOBS|FILE.json] [--grad]
+//                           [--tuning DIR] [--streaming-tool normgen-mlir]
 //   normgen-gen runtime --out FILE.o
 //   normgen-gen merge --manifest manifest.json --table kernel_table.cpp FRAGMENT.json...
 #include "codegen/tool/options.h"
@@ -24,7 +25,7 @@ namespace {
 int run(const std::vector<std::string> &args) {
     if (args.empty()) throw Usage("give a command: compile, runtime or merge");
     const std::string cmd = args[0];
-    GenerateArgs g = parse_generate_args(std::vector<std::string>(args.begin() + 1, args.end()), {"--target"});
+    GenerateArgs g = parse_generate_args(std::vector<std::string>(args.begin() + 1, args.end()), {"--target", "--streaming-tool"});
     if (cmd == "compile") {
         if (g.files.size() != 1 || g.out.empty() || g.fragment.empty()) throw Usage("compile FILE --out DIR --fragment F.json");
         NormSpec spec = load_norm_file(g.files[0]);
@@ -35,7 +36,8 @@ int run(const std::vector<std::string> &args) {
         }
         for (const std::string &t : g.targets) hl::parse_target(t);  // a bad target is a user error, before any work
         check_schedule_overrides(ScheduleKind::HalideCpu, g.schedule);
-        hl::AotRequest req{g.source.empty() ? g.files[0] : g.source, g.dtypes, g.targets, g.out, g.archive, g.schedule, grad_of};
+        hl::AotRequest req{g.source.empty() ? g.files[0] : g.source, g.dtypes, g.targets, g.out, g.archive, g.schedule, grad_of,
+                           g.tuning, g.streaming_tool};
         json entries = hl::compile_halide_kernels(spec, req);
         write_file_atomically(g.fragment, entries.dump(1) + "\n");
         std::cerr << "normgen-gen: " << spec.name << ": " << entries.size() << " kernels\n";
@@ -61,9 +63,14 @@ constexpr const char *kHelp = R"(normgen-gen - the build-time Halide generator o
 usage:
   normgen-gen compile FILE.norm --dtype f32,bf16,f16 --target host,x86-64-avx2 --out DIR --fragment F.json
                       [--archive NAME.a] [--source NAME] [--schedule KNOBS|FILE.json]
+                      [--grad] [--tuning DIR] [--streaming-tool PATH]
         Compile every kernel of one declaration (each storage type, target and variant) into DIR,
         one static library per file (--archive), and write its manifest entries to F.json.
         --grad: the kernels of its backward (`normgen grad FILE`) instead, layer <name>_grad.
+        --tuning DIR: also one kernel per schedule the tuning database DIR chose for this
+        declaration on a CPU of each target's ISA (`normgen tune`; stale records are ignored
+        with a note). --streaming-tool PATH: normgen-mlir, which compiles the kernels whose
+        schedule has streaming stores (default: the one beside this program).
   normgen-gen runtime --out FILE.o [--target x86-64-linux[-tsan]]
         Compile the shared Halide runtime the kernels link against (-tsan: with ThreadSanitizer
         hooks, for a build with NORMGEN_SANITIZE=thread).

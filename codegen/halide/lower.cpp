@@ -50,7 +50,7 @@ class Lowerer {
 public:
     Lowerer(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule)
         : spec_(spec), types_(plan.types), plan_(plan), welford_lanes_((int)schedule.get("welford_lanes")),
-          welford_block_((int)schedule.get("welford_block")) {
+          welford_block_((int)schedule.get("welford_block")), streaming_(streaming_requirement(spec, plan, schedule)) {
         p_.acc = spec.accumulate == DType::F64 ? Float(64) : Float(32);
     }
 
@@ -67,6 +67,15 @@ public:
             f(args) = cast(halide_type(types_.storage.at(o.name)), call_value(o.value, identity_env()));
             for (int k = 0; k < (int)args.size(); ++k) f.output_buffer().dim(k).set_extent(p_.extent[atoms[args.size() - 1 - k]]);
             dense(f.output_buffer());
+            if (streaming_.alignment && std::count(streaming_.outputs.begin(), streaming_.outputs.end(), o.name)) {
+                // Streaming stores (schedule.h): the buffer aligned to the vector and its rows a
+                // multiple of it, so Halide proves every full-vector store aligned (and says so in
+                // the IR, where the streaming step finds them). A call that cannot give this gets
+                // the ordinary kernel (the registry checks first).
+                const int m = streaming_.multiple;
+                f.output_buffer().set_host_alignment(streaming_.alignment);
+                f.output_buffer().dim(0).set_extent((p_.extent[atoms.back()] / m) * m);
+            }
             p_.outputs.push_back(f);
             p_.output_index.push_back((int)i);
         }
@@ -83,6 +92,7 @@ private:
     // pairwise formula, after at most welford_block_ serial steps per lane (schedule knobs: they
     // reorder the merges, not the algorithm).
     const int welford_lanes_, welford_block_;
+    const StreamingRequirement streaming_;  // the outputs declared aligned for streaming stores
     LoweredPipeline p_;
     std::unordered_map<const Node *, Func> reduce_funcs_;
 

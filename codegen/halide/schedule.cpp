@@ -101,6 +101,14 @@ Func blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, int block_vect
     return sweep;
 }
 
+// Whether an update's two innermost reduced axes are `inner` and the axis just outside it in memory
+// (`pair`), to be summed as one loop (the schedule's fuse_reduced_pair). The kernel ABI's tensors
+// are dense, so the pair is one contiguous range in every tensor the sum reads.
+bool fuses_reduced_pair(const ReductionFuncs::Update &u, const CpuSchedule &s, AxisId inner, AxisId pair) {
+    return s.fuse_reduced_pair && u.associative && pair >= 0 && u.rdom.dimensions() >= 2 && u.rdom_axes.size() >= 2 &&
+           u.rdom_axes[0] == inner && u.rdom_axes[1] == pair;
+}
+
 // Vectorizes one reduction update along the contiguous axis `inner`.
 //   - `inner` is the RDom's innermost dimension: split it into vectors and blocks of vectors and
 //     rfactor: intm(lanes, block, outer reduced coords) sums one block per lane; a second rfactor
@@ -110,7 +118,7 @@ Func blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, int block_vect
 // Returns the sweep Func of a blocked sum over the innermost axis (blocked_rfactor), else an
 // undefined Func.
 Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const LoweredPipeline &p, AxisId inner, int vw,
-                      const CpuSchedule &s, const LoopLevel &at, AxisId next_outer = -1) {
+                      const CpuSchedule &s, const LoopLevel &at, AxisId next_outer = -1, AxisId pair = -1) {
     Func f = u.func;
     // The innermost reduced axis is contiguous, the axis just outside it in memory is one the
     // statistic keeps (GroupNorm NHWC: reduce (cg, h, w) of [n, h, w, (g, cg)] per (n, g)), and
@@ -139,8 +147,19 @@ Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
             } else {
                 intm.reorder_storage(vin, adj);
             }
-            intm.update().reorder(ord).vectorize(vin, vw, TailStrategy::GuardWithIf);
-            intm.vectorize(vin, vw, TailStrategy::GuardWithIf);
+            if (s.group_vectors) {
+                // Vectors along all channels, across the groups: (cg, g) run as one dense loop c
+                // (specialized on cg > 0, so the fused index simplifies back to c), full vectors
+                // instead of ceil(cg / vw) masked ones per group (cg = 10..40 for 320..1280
+                // channels in 32 groups).
+                Var c(f.name() + "_c");
+                intm.update().reorder(ord).fuse(vin, adj, c).vectorize(c, vw, TailStrategy::GuardWithIf);
+                intm.update().specialize(p.extent[inner] > 0);
+                intm.vectorize(vin, vw, TailStrategy::GuardWithIf);
+            } else {
+                intm.update().reorder(ord).vectorize(vin, vw, TailStrategy::GuardWithIf);
+                intm.vectorize(vin, vw, TailStrategy::GuardWithIf);
+            }
             // The statistic's own sum over the (cg[, h]) partials, blocked like any long sum (cg
             // can be long: 262144 channels a group broke the bf16 bound when added serially).
             std::vector<RVar> rest{RVar(u.rdom[0].name())};
@@ -162,7 +181,18 @@ Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
     if (!u.rdom_axes.empty() && u.rdom_axes[0] == inner) {
         std::vector<RVar> rv;
         for (int k = 0; k < u.rdom.dimensions(); ++k) rv.push_back(RVar(u.rdom[k].name()));
+        const bool fuse = fuses_reduced_pair(u, s, inner, pair);
+        if (fuse) {
+            // The two innermost reduced axes are dense neighbours (a 7 x 7 plane): one loop over
+            // the plane, cut into vectors, instead of a masked vector per 7-element row.
+            RVar fused(rv[0].name() + "_" + rv[1].name());
+            f.update().fuse(rv[0], rv[1], fused);
+            rv.erase(rv.begin(), rv.begin() + 2);
+            rv.insert(rv.begin(), fused);
+        }
         Func sweep = blocked_rfactor(f, rv, vw, s.sum_block, at);
+        // Specialized on a non-empty row, so Halide's x / 0 = 0 rule leaves the fused index linear.
+        if (fuse) sweep.update().specialize(p.extent[inner] > 0);
         return rv.size() == 1 ? sweep : Func();
     }
     for (const Var &v : f.args())
@@ -208,6 +238,8 @@ CpuSchedule CpuSchedule::from(const ScheduleRecord &r) {
     s.welford_lanes = (int)r.get("welford_lanes");
     s.welford_block = (int)r.get("welford_block");
     s.min_task_elements = (int)r.get("min_task_elements");
+    s.fuse_reduced_pair = r.flag("fuse_reduced_pair");
+    s.group_vectors = r.flag("group_vectors");
     s.row_in_cache = r.flag("row_in_cache");
     s.column_block_elements = (int)r.get("column_block_elements");
     s.fuse_inner_pair = r.flag("fuse_inner_pair");
@@ -238,8 +270,11 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
     // runs them as one contiguous loop: vectorized across a 7 x 7 plane, not along its 7-element
     // rows (BatchNorm eval 32 x 2048 x 7 x 7: ~10 -> ~20 GB/s).
     // (Specialized on a non-empty plane, so Halide's x / 0 rule does not make the index a select.)
+    // With group_vectors the same holds for a pair along whose outer axis statistics vary
+    // (GroupNorm NHWC's (g, cg)): full vectors across the groups, the per-group values gathered.
     const bool fuse_pair = s.fuse_inner_pair && (p.reductions.empty() || !row || first_reduced + 2 < order.size()) && same_shape.empty() &&
-                           plan.inner_pair_fusable;
+                           (plan.inner_pair_fusable || (s.group_vectors && plan.inner_pair_grouped));
+    const AxisId pair = order.size() >= 2 ? order[order.size() - 2] : -1;  // the axis just outside the contiguous one
     Var vfused(spec.axes[inner].name + "_" + spec.axes[order.size() >= 2 ? order[order.size() - 2] : inner].name);
     auto map_inner = [&](Func f) -> Var {
         if (!fuse_pair) return vi;
@@ -383,9 +418,10 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
             // of one (four: LayerNorm 16384 x 768 f32 14.2 -> 17.1 GB/s in the lab, bench/README.md). Over
             // several axes the innermost may be short (GroupNorm NCHW's w = 8..64): one vector
             // (64 lanes there took 8 x 640 x 32 x 32 from 15.6 to 6.7 GB/s).
-            for (auto &u : rf.updates)
-                vectorize_update(rf, u, p, inner, u.rdom.dimensions() == 1 ? s.row_accumulators * vw : vw, s,
-                                 LoopLevel(u.func, Var::outermost()));
+            for (auto &u : rf.updates) {
+                const int dims = u.rdom.dimensions() - (fuses_reduced_pair(u, s, inner, pair) ? 1 : 0);
+                vectorize_update(rf, u, p, inner, dims == 1 ? s.row_accumulators * vw : vw, s, LoopLevel(u.func, Var::outermost()), -1, pair);
+            }
         }
         for (size_t k = 1; k < row_sweeps.size(); ++k) row_sweeps[k].second.update().compute_with(row_sweeps[0].second.update(), RVar("rib"));
         // A full-size value that both a reduction and the map read (DeepNorm's h = alpha * x + f,
@@ -422,7 +458,7 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
             for (auto &u : rf.updates) {
                 bool has_pure = u.associative && u.func.dimensions() > 0;
                 vectorize_update(rf, u, p, inner, vw, s, has_pure ? LoopLevel(u.func, u.func.args().back()) : LoopLevel(u.func, Var::outermost()),
-                                 next_outer);
+                                 next_outer, pair);
             }
         }
         Var outer = p.vars[order[0]];

@@ -48,6 +48,8 @@ struct CpuSchedule {
     bool row_in_cache = true;       // row schedule allowed (false forces the root schedule)
     int column_block_elements = 262144;  // elements of a block of rows with sums over the rows (per-block partials)
     bool fuse_inner_pair = true;    // fuse the two innermost axes of a map when the plan allows it
+    bool fuse_reduced_pair = false; // sum a reduction's two innermost (dense) reduced axes as one loop
+    bool group_vectors = false;     // channels-last per-group statistics and map vectorized across groups
     static CpuSchedule from(const ScheduleRecord &r);
 };
 

@@ -1,6 +1,7 @@
 #include "codegen/mlir/backend.h"
 
 #include "codegen/common/manifest.h"
+#include "codegen/common/tuning_db.h"
 #include "codegen/mlir/lower.h"
 #include "codegen/mlir/pipeline.h"
 #include "codegen/tool/options.h"
@@ -12,6 +13,7 @@
 #include "llvm/Object/ArchiveWriter.h"
 #include "llvm/Support/Error.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstring>
@@ -175,40 +177,67 @@ void write_archive(const std::vector<std::string> &objects, const std::string &p
         throw std::runtime_error("cannot write " + path + ": " + llvm::toString(std::move(e)));
 }
 
+json compile_cpu_kernel(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &record, const std::string &function,
+                        const std::string &out_dir, KernelEntryInfo info) {
+    auto ctx = make_context();
+    auto module = lower_cpu(*ctx, spec, plan, record, function);
+    lower_cpu_to_llvm_dialect(*module);
+    emit_host_object(*module, (fs::path(out_dir) / (function + ".o")).string());
+    Split split = split_of(plan);
+    info.schedule = &record;
+    info.schedule_text = "linalg.generic per reduction and map -> scf loops -> LLVM O3 for the host (loop vectorizer, "
+                         "reassociated sums); chunks along " +
+                         (split.axes.empty() ? std::string("nothing (one call)") : "the first long enough of " + spec.axes_text(split.axes));
+    json e = manifest_entry(spec, plan, info);
+    e["split"] = {{"axes", axis_names_json(spec, split.axes)}, {"dims", split.dims}};
+    return e;
+}
+
 json compile_kernels(const NormSpec &spec, const AotRequest &req) {
     fs::create_directories(req.out_dir);
+    // The tuning database's winners for this declaration (stale records are dropped with a note).
+    std::vector<TuningRecord> best;
+    if (!req.tuning_dir.empty()) {
+        std::vector<std::string> notes;
+        best = TuningDb(req.tuning_dir).best(spec.name, kernel_identity(spec), &notes);
+        for (const std::string &n : notes) std::cerr << "normgen-mlir: note: " << n << "\n";
+    }
     json entries = json::array();
     const std::string archive = req.archive.empty() ? spec.name + ".mlir.a" : req.archive;
     std::vector<std::string> objects;
     for (DType dtype : req.dtypes) {
         for (Variant variant : variants_of(spec)) {
+            if (!req.variants.empty() && std::find(req.variants.begin(), req.variants.end(), variant_name(variant)) == req.variants.end()) continue;
             KernelPlan plan = make_plan(spec, dtype, variant);
             if (req.cpu) {
                 check_arg_count(spec, plan);
                 const Isa isa = host_isa();
                 ScheduleRecord record = choose_schedule(plan, ScheduleKind::MlirCpu, isa, req.schedule_overrides);
-                std::string fn = kernel_function_name(spec.name, dtype, Backend::Mlir, isa, variant);
-                auto ctx = make_context();
-                auto module = lower_cpu(*ctx, spec, plan, record, fn);
-                lower_cpu_to_llvm_dialect(*module);
-                emit_host_object(*module, (fs::path(req.out_dir) / (fn + ".o")).string());
-                objects.push_back((fs::path(req.out_dir) / (fn + ".o")).string());
-                Split split = split_of(plan);
-                KernelEntryInfo info;
-                info.backend = Backend::Mlir;
-                info.isa = isa;
-                info.source = req.source;
-                info.target = "mlir-cpu host";
-                info.cpu_features = host_cpu_features();
-                info.schedule = &record;
-                info.grad_of = req.grad_of;
-                info.schedule_text = "linalg.generic per reduction and map -> scf loops -> LLVM O3 for the host (loop vectorizer, "
-                                     "reassociated sums); chunks along " +
-                                     (split.axes.empty() ? std::string("nothing (one call)") : "the first long enough of " + spec.axes_text(split.axes));
-                info.library = archive;
-                json e = manifest_entry(spec, plan, info);
-                e["split"] = {{"axes", axis_names_json(spec, split.axes)}, {"dims", split.dims}};
-                entries.push_back(e);
+                // The default kernel first, then one per distinct winning schedule (tuning_db.h).
+                std::vector<std::pair<ScheduleRecord, json>> kernels{{record, json()}};
+                if (req.schedule_overrides.empty())
+                    for (const TunedSchedule &ts : tuned_schedules(best, dtype_name(dtype), variant_name(variant), "mlir", isa_name(isa))) {
+                        ScheduleRecord tuned = ScheduleRecord::from_json(ts.schedule, ScheduleKind::MlirCpu, "tuning database " + req.tuning_dir);
+                        if (tuned == record) kernels[0].second = tuned_manifest_field(ts);
+                        else kernels.push_back({tuned, tuned_manifest_field(ts)});
+                    }
+                for (const auto &[rec, tuned] : kernels) {
+                    KernelEntryInfo info;
+                    info.backend = Backend::Mlir;
+                    info.isa = isa;
+                    info.source = req.source;
+                    info.target = "mlir-cpu host";
+                    info.cpu_features = host_cpu_features();
+                    info.schedule = &rec;
+                    info.grad_of = req.grad_of;
+                    info.library = archive;
+                    info.tuned = tuned;
+                    if (&rec != &kernels[0].first) info.function_suffix = "__t" + schedule_tag(rec.to_json());
+                    const std::string fn = entry_function_name(spec, plan, info);
+                    json e = compile_cpu_kernel(spec, plan, rec, fn, req.out_dir, info);
+                    objects.push_back((fs::path(req.out_dir) / (fn + ".o")).string());
+                    entries.push_back(e);
+                }
             }
             if (req.cuda && !req.grad_of.empty() && !plan.cuda_refusal.empty()) {
                 // A backward the CUDA plan cannot take (a user's declaration whose statistics share no

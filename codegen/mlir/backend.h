@@ -2,6 +2,7 @@
 // their manifest entries, and the stages `explain` prints.
 #pragma once
 
+#include "codegen/common/manifest.h"
 #include "codegen/tool/compiled_kernel.h"
 
 #include <nlohmann/json.hpp>
@@ -28,7 +29,14 @@ struct AotRequest {
     std::string schedule_overrides;       // for every mlir-cpu record ("" = defaults)
     std::string cuda_schedule_overrides;  // for every mlir-cuda record
     std::string grad_of;                  // the kernels are the backward of this layer (manifest "grad_of")
+    std::string tuning_dir;               // also one mlir-cpu kernel per schedule this tuning database chose
+    std::vector<std::string> variants;    // only these variants ("core", "full"; empty: every variant)
 };
+
+// One mlir-cpu kernel of a plan under a schedule record: out_dir/<function>.o, and its manifest
+// entry (info completed with the record and what it did; "split" added).
+nlohmann::json compile_cpu_kernel(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &record, const std::string &function,
+                                  const std::string &out_dir, KernelEntryInfo info);
 
 // Writes the kernels into out_dir (the CPU objects also into one archive, which their entries name
 // as "library") and returns their manifest entries.

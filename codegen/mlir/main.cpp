@@ -13,6 +13,7 @@
 #include "codegen/tool/tool_main.h"
 #include "codegen/tool/verify_cmd.h"
 #include "codegen/mlir/backend.h"
+#include "codegen/mlir/streaming.h"
 #include "dsl/checker.h"
 #include "dsl/grad.h"
 #include "runtime/errors.h"
@@ -40,8 +41,9 @@ usage:
         location, the file:line:col of the declaration's node it came from.
   normgen-mlir compile FILE --out DIR (--fragment F.json | --manifest M.json --table T.cpp)
                        [--archive NAME.a] [--dtype LIST] [--source NAME] [--schedule S]
-                       [--cuda-schedule S] [--no-cpu] [--cuda] [--grad]
-        (--grad: the kernels of the declaration's backward, `normgen grad FILE`.)
+                       [--cuda-schedule S] [--no-cpu] [--cuda] [--grad] [--tuning DIR]
+        (--grad: the kernels of the declaration's backward, `normgen grad FILE`; --tuning DIR:
+        also one mlir-cpu kernel per schedule the tuning database DIR chose.)
         Write the mlir-cpu objects and their static library (NAME.a, default <layer>.mlir.a;
         and with --cuda the sm_90 PTX and ptxas cubins) of every storage type, and their
         manifest entries: as a fragment (F.json) or as a manifest with its kernel table.
@@ -51,6 +53,11 @@ usage:
         As `normgen run --backend mlir`: the mlir-cpu JIT kernel on .npy inputs.
   normgen-mlir verify FILE... [--schedule S]
         (as above; --schedule overrides the mlir-cpu record of every kernel)
+  normgen-mlir streaming IN.bc -o OUT.o --buffers y[,h...]
+        The Halide generator's step for the halide-cpu knob streaming_stores: mark the aligned
+        vector stores of a Halide kernel's bitcode to the named output buffers non-temporal, put
+        an sfence before the returns of the functions that have one, compile with LLVM 22.
+        Prints how many stores were marked.
 options:
   --cuda-root DIR   the CUDA toolkit (libdevice, ptxas)
 )";
@@ -133,7 +140,8 @@ int run(std::vector<std::string> args) {
         }
         check_schedule_overrides(ScheduleKind::MlirCpu, g.schedule);  // before anything is written
         check_schedule_overrides(ScheduleKind::MlirCuda, g.cuda_schedule);
-        mlirgen::AotRequest req{g.source.empty() ? file : g.source, g.dtypes, g.out, g.archive, g.cpu, g.cuda, cuda_root, g.schedule, g.cuda_schedule, grad_of};
+        mlirgen::AotRequest req{g.source.empty() ? file : g.source, g.dtypes, g.out, g.archive, g.cpu, g.cuda, cuda_root, g.schedule, g.cuda_schedule, grad_of,
+                                g.tuning, g.variants};
         nlohmann::json entries = mlirgen::compile_kernels(spec, req);
         if (!g.fragment.empty()) write_file_atomically(g.fragment, entries.dump(1) + "\n");
         if (!g.manifest.empty()) {
@@ -141,6 +149,25 @@ int run(std::vector<std::string> args) {
             write_kernel_table(entries, g.table);
         }
         std::cerr << "normgen-mlir: " << spec.name << ": " << entries.size() << " kernels\n";
+        return 0;
+    }
+    if (cmd == "streaming") {
+        std::string in, out;
+        std::vector<std::string> buffers;
+        for (size_t i = 0; i < args.size(); ++i) {
+            auto value = [&]() -> std::string {
+                if (i + 1 >= args.size()) throw Usage(args[i] + " needs a value");
+                return args[++i];
+            };
+            if (args[i] == "-o") out = value();
+            else if (args[i] == "--buffers") buffers = split_list(value());
+            else if (!args[i].empty() && args[i][0] == '-') throw Usage("streaming: unknown option '" + args[i] + "'");
+            else if (in.empty()) in = args[i];
+            else throw Usage("streaming: one bitcode file at a time");
+        }
+        if (in.empty() || out.empty() || buffers.empty()) throw Usage("streaming IN.bc -o OUT.o --buffers y[,h...]");
+        mlirgen::StreamingResult r = mlirgen::compile_streaming_object(in, buffers, out);
+        std::cout << "marked " << r.marked << " stores non-temporal in " << r.functions << " functions\n";
         return 0;
     }
     throw Usage("unknown command '" + cmd + "'");

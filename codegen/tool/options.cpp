@@ -1,5 +1,7 @@
 #include "codegen/tool/options.h"
 
+#include "runtime/manifest_schema.h"
+
 #include <algorithm>
 #include <sstream>
 
@@ -87,6 +89,13 @@ GenerateArgs parse_generate_args(const std::vector<std::string> &args, const std
         else if (a == "--schedule") g.schedule = value();
         else if (a == "--dtype") g.dtypes = parse_dtypes(value());
         else if (a == "--grad") g.grad = true;
+        else if (a == "--tuning") g.tuning = value();
+        else if (a == "--variants") {
+            g.variants = split_list(value());
+            for (const std::string &v : g.variants)
+                if (!parse_variant(v)) throw Usage("--variants: '" + v + "' is not core or full");
+        }
+        else if (a == "--streaming-tool" && takes(a)) g.streaming_tool = value();
         else if (a == "--target" && takes(a)) g.targets = split_list(value());
         else if (a == "--cuda-schedule" && takes(a)) g.cuda_schedule = value();
         else if (a == "--no-cpu" && takes(a)) g.cpu = false;

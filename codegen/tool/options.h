@@ -41,14 +41,17 @@ VerifyArgs parse_verify_args(const std::vector<std::string> &args);
 struct GenerateArgs {
     std::vector<std::string> files;
     std::string out, fragment, manifest, table, source, archive, schedule, cuda_schedule;
+    std::string tuning;          // --tuning DIR: also one kernel per schedule its database chose (tuning_db.h)
+    std::string streaming_tool;  // --streaming-tool PATH: normgen-mlir, for kernels with streaming stores
+    std::vector<std::string> variants;  // --variants core,full: only these (default: every variant of the declaration)
     std::vector<DType> dtypes{DType::F32, DType::BF16, DType::F16};
     std::vector<std::string> targets{"host", "x86-64-avx2"};
     bool cpu = true, cuda = false;  // normgen-mlir: --no-cpu, --cuda
     bool grad = false;              // --grad: compile the backward of the declaration (dsl/grad.h)
 };
 // `flags` lists the options beyond the common ones (--out --fragment --manifest --table --source
-// --archive --schedule --dtype) that this generator takes ("--target", "--cuda-schedule",
-// "--no-cpu", "--cuda"); any other option is a Usage error.
+// --archive --schedule --dtype --tuning --variants) that this generator takes ("--target", "--cuda-schedule",
+// "--no-cpu", "--cuda", "--streaming-tool"); any other option is a Usage error.
 GenerateArgs parse_generate_args(const std::vector<std::string> &args, const std::vector<std::string> &flags);
 
 }  // namespace normgen

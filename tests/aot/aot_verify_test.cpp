@@ -25,39 +25,6 @@ const Registry &registry() {
     return r;
 }
 
-// Runs an AOT kernel on float64 inputs: encode to the storage types, poison the outputs, call,
-// decode. Axis extents come from the shapes, exactly as a user's call.
-TensorMap run_aot(const Registry::Kernel &k, const TensorMap &in) {
-    const NormSpec &spec = *k.spec;
-    AxisExtents ext = bind_axes(spec, in);
-    std::map<std::string, std::vector<uint8_t>> storage;
-    std::map<std::string, TensorView> views;
-    for (const KernelArg &a : k.args) {
-        TensorView v;
-        v.dtype = a.dtype;
-        if (a.role == KernelArg::Output) {
-            const OutputInfo *o = spec.find_output(a.name);
-            v.shape = physical_shape(spec, o->dims, ext);
-            storage[a.name].assign((size_t)v.numel() * dtype_size(a.dtype), 0xff);  // NaN poison
-        } else {
-            v.shape = in.at(a.name).shape;
-            storage[a.name] = encode(in.at(a.name).data, a.dtype);
-        }
-        v.data = storage[a.name].data();
-        views[a.name] = v;
-    }
-    run_kernel(k, views);
-    TensorMap out;
-    for (const KernelArg &a : k.args)
-        if (a.role == KernelArg::Output) {
-            HostTensor h;
-            h.shape = views[a.name].shape;
-            h.data = decode(storage[a.name].data(), (size_t)views[a.name].numel(), a.dtype);
-            out[a.name] = h;
-        }
-    return out;
-}
-
 // Elements of a shape of the sweep (every atomic axis of the declaration).
 int64_t shape_elements(const NormSpec &spec, const VerifyShape &s) {
     AxisExtents ext = choose_extents(spec, s.sizes, 1);
@@ -100,7 +67,7 @@ TEST_CASE("every generated kernel verifies through the registry", "[aot][verify]
             StorageMap storage;
             for (const KernelArg &a : k->args) storage[a.name] = a.dtype;
             const InputMaker inputs = grad ? backward_input_maker(*forward, *k->spec, storage) : InputMaker{};
-            KernelFn fn = [k](const TensorMap &in, const Overrides &) { return run_aot(*k, in); };
+            KernelFn fn = [k](const TensorMap &in, const Overrides &) { return run_kernel_f64(*k, in); };
             // Every third shape (the JIT tests cover all of them with the same code generator).
             for (size_t i = 0; i < shapes.size(); i += 3) {
                 if (grad && shape_elements(*forward, shapes[i]) > kGradShapeElements) continue;
@@ -133,8 +100,8 @@ TEST_CASE("Halide and MLIR kernels of every catalog layer agree with each other 
             REQUIRE(m);
             StorageMap storage;
             for (const KernelArg &a : h->args) storage[a.name] = a.dtype;
-            KernelFn fh = [h](const TensorMap &in, const Overrides &) { return run_aot(*h, in); };
-            KernelFn fm = [m](const TensorMap &in, const Overrides &) { return run_aot(*m, in); };
+            KernelFn fh = [h](const TensorMap &in, const Overrides &) { return run_kernel_f64(*h, in); };
+            KernelFn fm = [m](const TensorMap &in, const Overrides &) { return run_kernel_f64(*m, in); };
             const bool grad = !h->grad_of.empty();
             const std::shared_ptr<const NormSpec> forward = grad ? registry().spec(h->grad_of) : h->spec;
             REQUIRE(forward);

@@ -50,11 +50,12 @@ TEST_CASE("every grid case names a catalog layer and exactly its free axes", "[b
             CHECK(e > 0);
         }
         CHECK(given == free);
-        CHECK(g.dram == (g.elements() * 8 > (int64_t(512) << 20)));
-        layers.insert(g.layer);
-        if (g.dram) layers_with_dram.insert(g.layer);
+        CHECK(g.dram == (g.elements() * 2 * (g.dtype == DType::F32 ? 4 : 2) >= 4 * last_level_cache_bytes()));  // from this machine's L3
+        layers.insert(g.layer + "|f32");
+        layers.insert(g.layer + "|bf16");
+        if (g.dram) layers_with_dram.insert(g.layer + "|" + dtype_name(g.dtype));
     }
-    CHECK(layers_with_dram == layers);  // one DRAM-sized case per layer, at least
+    CHECK(layers_with_dram == layers);  // one DRAM-sized case per layer and storage type (f32, bf16), at least
     for (const GridCase &g : short_grid()) CHECK(names.count(g.name()) == 1);
 }
 
@@ -202,6 +203,11 @@ TEST_CASE("on every backward case (cut down) both backends and every vendor back
             if (impl == "scalar" || (impl == "onednn" && !onednn_has_backward(g.layer))) {
                 CHECK(b == nullptr);
                 CHECK(why.find(impl == "scalar" ? "forward only" : "no ") != std::string::npos);
+                continue;
+            }
+            // oneDNN 2.6 has bf16 only where the CPU has AVX-512 (an AVX2 EPYC has none): it says so.
+            if (!b && g.dtype == DType::BF16 && impl == "onednn" && why.find("has no bf16 implementation here") != std::string::npos) {
+                WARN(why);
                 continue;
             }
             REQUIRE(b != nullptr);

@@ -4,6 +4,8 @@
 // have been refused would show). Covers manifest parsing and its errors, kernel selection, every
 // refusal of run_kernel (with the outputs left untouched), the buffers a kernel is handed (dims,
 // extents, strides, types, split axes as two dims), in-place updates, and Halide errors as exceptions.
+#include "codegen/common/kernel_plan.h"
+#include "codegen/common/tuning_keys.h"
 #include "dsl/checker.h"
 #include "dsl/printer.h"
 #include "runtime/errors.h"
@@ -91,13 +93,15 @@ const std::vector<std::string> kFunctions = {
     "layer_norm__f16__avx2__core",   "batch_norm_train__f32__avx2__core", "batch_norm_train__f32__avx2__full",
     "group_norm_nchw__f32__avx2__core", "dyt__f32__avx2__core",    "rms_norm__f32__avx512__core",
     "rms_norm__f32__avx2__core",
+    // Tuned kernels (dispatch by shape class): one per winning schedule.
+    "rms_norm__f32__avx2__core__ta", "rms_norm__f32__avx2__core__tb", "rms_norm__f32__avx2__core__tc",
 };
 template <int... I>
 std::vector<KernelEntry> make_table(std::integer_sequence<int, I...>) {
     return {KernelEntry{kFunctions[I].c_str(), &fake_argv<I>}...};
 }
 const std::vector<KernelEntry> &table() {
-    static const std::vector<KernelEntry> t = make_table(std::make_integer_sequence<int, 13>{});
+    static const std::vector<KernelEntry> t = make_table(std::make_integer_sequence<int, 16>{});
     return t;
 }
 int kernel_index(const std::string &fn) {
@@ -899,4 +903,121 @@ TEST_CASE("a call past 2^31 elements that no axis can split is refused, naming t
                    Catch::Contains("cannot be split") && Catch::Contains("its outermost axis 'n' is reduced by layer 'batch_norm_train'"));
     }
     CHECK(g_calls.empty());
+}
+
+// =============================================================================================
+// Dispatch by shape class (Registry::select_for): the manifest's "tuned" entries, written by the
+// generators from the tuning database, name the classes and CPUs each tuned kernel won.
+namespace {
+
+// A tuned rms_norm kernel won for rows x d on `cpu`; `streaming`: it needs 32-byte aligned
+// outputs and d a multiple of 8.
+json tuned_entry(const std::string &suffix, int64_t rows, int64_t d, const CpuFingerprint &cpu, bool streaming = false) {
+    json e = entry("rms_norm", DType::F32, "avx2", false);
+    e["function"] = e["function"].get<std::string>() + suffix;
+    e["tuned_only"] = true;
+    const NormSpec spec = load_norm_file(catalog_path("rms_norm"));
+    const KernelPlan plan = make_plan(spec, DType::F32, Variant::Core);
+    const ShapeClass cls = shape_class(spec, plan, extents_from_sizes(spec, {{"rows", rows}, {"d", d}}), cpu);
+    e["tuned"] = json::array({{{"shape", cls.to_json()}, {"cpu", cpu.to_json()}, {"sizes", {{"rows", rows}, {"d", d}}}, {"gbps", 30.0},
+                               {"frac", 0.9}, {"limit", "copy"}}});
+    if (streaming) e["requires"] = {{"alignment", 32}, {"outputs", {"y"}}, {"multiple_of", {{"d", 8}}}};
+    return e;
+}
+
+const Registry &tuned_registry() {
+    static TempDir dir;
+    CpuFingerprint elsewhere = this_cpu();
+    elsewhere.isa = this_cpu().isa == "avx2" ? "avx512" : "avx2";  // another ISA tier: an unknown CPU
+    static const Registry reg = load_json(dir, manifest({
+                                                   entry("rms_norm", DType::F32, "avx2", false),
+                                                   tuned_entry("__ta", 64, 256, this_cpu()),
+                                                   tuned_entry("__tb", 64, 1024, this_cpu(), true),
+                                                   tuned_entry("__tc", 64, 65536, elsewhere),
+                                               }));
+    return reg;
+}
+
+// rms_norm rows x d with 64-byte aligned tensors; `offset` shifts y's data by that many bytes.
+struct AlignedRms {
+    std::vector<float> x_, w_, y_;
+    int64_t rows, d;
+    size_t offset;
+    AlignedRms(int64_t r, int64_t dd, size_t off = 0) : x_(r * dd + 16, 1.0f), w_(dd + 16, 1.0f), y_(r * dd + 32, 0.0f), rows(r), d(dd), offset(off) {}
+    static void *aligned(std::vector<float> &v, size_t extra) {
+        uintptr_t p = ((uintptr_t)v.data() + 63) / 64 * 64;
+        return (void *)(p + extra);
+    }
+    std::map<std::string, TensorView> tensors() {
+        return {{"x", TensorView{aligned(x_, 0), DType::F32, {rows, d}, {}}},
+                {"weight", TensorView{aligned(w_, 0), DType::F32, {d}, {}}},
+                {"y", TensorView{aligned(y_, offset), DType::F32, {rows, d}, {}}}};
+    }
+};
+
+}  // namespace
+
+TEST_CASE("select_for picks the kernel tuned for the call's shape class on this CPU", "[registry][dispatch]") {
+    if (!this_cpu().isa.size() || this_cpu().isa == "none") return;
+    const Registry &reg = tuned_registry();
+    // select() never returns a kernel built for tuned classes only.
+    CHECK(reg.select("rms_norm", DType::F32, false)->function == "rms_norm__f32__avx2__core");
+    AlignedRms exact(64, 256);
+    Registry::Selection s = reg.select_for("rms_norm", DType::F32, exact.tensors());
+    REQUIRE(s.kernel);
+    CHECK(s.kernel->function == "rms_norm__f32__avx2__core__ta");
+    CHECK_THAT(s.why, Catch::StartsWith("tuned:") && Catch::Contains(s.shape.key()));
+    // One octave away in d: the nearest tuned class still applies.
+    AlignedRms near(64, 512);
+    CHECK(reg.select_for("rms_norm", DType::F32, near.tensors()).kernel->function == "rms_norm__f32__avx2__core__ta");
+    // Another alignment class (d = 250: m2) never takes a schedule tuned for m16.
+    AlignedRms odd(64, 250);
+    CHECK(reg.select_for("rms_norm", DType::F32, odd.tensors()).kernel->function == "rms_norm__f32__avx2__core");
+}
+
+TEST_CASE("select_for falls back to the default kernel on an unknown CPU", "[registry][dispatch]") {
+    if (this_cpu().isa == "none") return;
+    const Registry &reg = tuned_registry();
+    // rows=64, d=65536 was tuned only on a CPU of another ISA tier: unknown here.
+    Registry::Selection s = reg.select_for_sizes("rms_norm", DType::F32, {{"rows", 64}, {"d", 65536}});
+    REQUIRE(s.kernel);
+    CHECK(s.kernel->function == "rms_norm__f32__avx2__core");
+    CHECK_THAT(s.why, Catch::StartsWith("default:") && Catch::Contains("no tuned schedule"));
+}
+
+TEST_CASE("a streaming-store kernel takes only aligned calls; the others get the next choice", "[registry][dispatch]") {
+    if (this_cpu().isa == "none") return;
+    const Registry &reg = tuned_registry();
+    const Registry::Kernel *b = reg.find("rms_norm__f32__avx2__core__tb");
+    REQUIRE(b);
+    CHECK(b->requirement.alignment == 32);
+    CHECK(b->requirement.multiple == 8);
+    AlignedRms aligned(64, 1024);
+    CHECK(reg.select_for("rms_norm", DType::F32, aligned.tensors()).kernel == b);
+    // y 4 bytes off its alignment: the streaming kernel is skipped (the next choice is __ta, two
+    // octaves away), and run_kernel refuses the streaming kernel itself, writing nothing.
+    AlignedRms shifted(64, 1024, 4);
+    Registry::Selection s = reg.select_for("rms_norm", DType::F32, shifted.tensors());
+    REQUIRE(s.kernel);
+    CHECK(s.kernel != b);
+    CHECK_THAT(s.why, Catch::Contains("__tb skipped: output 'y' is not 32-byte aligned"));
+    const size_t calls = g_calls.size();
+    const std::vector<float> before = shifted.y_;
+    CHECK_THAT(user_error_of([&] { call(*b, shifted.tensors()); }), Catch::Contains("streaming stores") && Catch::Contains("32-byte aligned"));
+    CHECK(g_calls.size() == calls);
+    CHECK(shifted.y_ == before);
+    // By sizes alone, unaligned pointers assumed: the same skip.
+    CHECK(reg.select_for_sizes("rms_norm", DType::F32, {{"rows", 64}, {"d", 1024}}, false, false).kernel != b);
+}
+
+TEST_CASE("a manifest's tuned and requires fields are checked", "[registry][dispatch]") {
+    TempDir dir;
+    json e = tuned_entry("__ta", 64, 256, this_cpu());
+    e["requires"] = {{"alignment", 0}, {"outputs", {"y"}}, {"multiple_of", {{"d", 8}}}};
+    CHECK_THAT(user_error_of([&] { load_json(dir, manifest({entry("rms_norm", DType::F32, "avx2", false), e})); }),
+               Catch::Contains("'alignment' must be"));
+    json t = tuned_entry("__ta", 64, 256, this_cpu());
+    t["tuned"][0].erase("cpu");
+    CHECK_THAT(user_error_of([&] { load_json(dir, manifest({entry("rms_norm", DType::F32, "avx2", false), t})); }),
+               Catch::Contains("a 'tuned' entry"));
 }

@@ -1,0 +1,195 @@
+#include "codegen/common/tuning_db.h"
+
+#include "codegen/common/manifest.h"
+#include "dsl/printer.h"
+#include "runtime/errors.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+namespace normgen {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+json TuningRecord::to_json() const {
+    json r = {{"median_s", result.median_s}, {"p20_s", result.p20_s}, {"p80_s", result.p80_s}, {"reps", result.reps},
+              {"gbps", result.gbps}, {"limit", result.limit}, {"limit_gbps", result.limit_gbps},
+              {"limit_p20_gbps", result.limit_p20_gbps}, {"limit_p80_gbps", result.limit_p80_gbps}, {"frac", result.frac},
+              {"vs_default", result.vs_default}};
+    json j = {{"schema", schema}, {"identity", identity.to_json()}, {"dtype", dtype}, {"variant", variant}, {"backend", backend},
+              {"isa", isa}, {"role", role}, {"chosen", chosen}, {"sizes", sizes}, {"bytes", bytes}, {"shape", shape.to_json()},
+              {"cpu", cpu.to_json()}, {"schedule", schedule}, {"result", r}, {"when", when}, {"run", run}};
+    if (!autoscheduler.empty()) j["autoscheduler"] = autoscheduler;
+    return j;
+}
+
+TuningRecord TuningRecord::from_json(const json &j) {
+    if (!j.is_object()) throw UserError("a tuning record is a JSON object");
+    TuningRecord t;
+    try {
+        t.schema = j.at("schema").get<int>();
+        if (t.schema != kTuningSchema)
+            throw UserError("schema " + std::to_string(t.schema) + " (this normgen reads " + std::to_string(kTuningSchema) + ")");
+        t.identity = KernelIdentity::from_json(j.at("identity"));
+        t.dtype = j.at("dtype").get<std::string>();
+        t.variant = j.at("variant").get<std::string>();
+        t.backend = j.at("backend").get<std::string>();
+        t.isa = j.at("isa").get<std::string>();
+        t.role = j.at("role").get<std::string>();
+        t.autoscheduler = j.value("autoscheduler", "");
+        t.chosen = j.value("chosen", false);
+        t.sizes = j.at("sizes").get<std::map<std::string, int64_t>>();
+        t.bytes = j.at("bytes").get<int64_t>();
+        t.shape = ShapeClass::from_json(j.at("shape"));
+        t.cpu = CpuFingerprint::from_json(j.at("cpu"));
+        t.schedule = j.at("schedule");
+        if (!t.schedule.is_object()) throw UserError("\"schedule\" is not an object");
+        const json &r = j.at("result");
+        t.result.median_s = r.at("median_s").get<double>();
+        t.result.p20_s = r.value("p20_s", 0.0);
+        t.result.p80_s = r.value("p80_s", 0.0);
+        t.result.reps = r.value("reps", 0);
+        t.result.gbps = r.at("gbps").get<double>();
+        t.result.limit = r.value("limit", "");
+        t.result.limit_gbps = r.value("limit_gbps", 0.0);
+        t.result.limit_p20_gbps = r.value("limit_p20_gbps", 0.0);
+        t.result.limit_p80_gbps = r.value("limit_p80_gbps", 0.0);
+        t.result.frac = r.value("frac", 0.0);
+        t.result.vs_default = r.value("vs_default", 0.0);
+        t.when = j.value("when", "");
+        t.run = j.value("run", "");
+    } catch (const json::exception &e) {
+        throw UserError(std::string("a tuning record: ") + e.what());
+    }
+    if (t.backend != "halide" && t.backend != "mlir") throw UserError("a tuning record: backend '" + t.backend + "'");
+    return t;
+}
+
+std::string TuningRecord::key() const { return identity.layer + "|" + dtype + "|" + variant + "|" + shape.key() + "|" + cpu.key(); }
+
+std::string TuningDb::records_path() const { return (fs::path(dir_) / "records.jsonl").string(); }
+std::string TuningDb::best_path(const std::string &layer) const { return (fs::path(dir_) / "best" / (layer + ".json")).string(); }
+
+std::vector<TuningRecord> TuningDb::records(std::vector<std::string> *notes) const {
+    std::vector<TuningRecord> out;
+    std::ifstream in(records_path());
+    if (!in) return out;
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) {
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        json j = json::parse(line, nullptr, false);
+        try {
+            if (j.is_discarded()) throw UserError("not JSON");
+            out.push_back(TuningRecord::from_json(j));
+        } catch (const UserError &e) {
+            if (notes) notes->push_back(records_path() + ":" + std::to_string(n) + ": skipped: " + e.what());
+        }
+    }
+    return out;
+}
+
+void TuningDb::append(const std::vector<TuningRecord> &records) const {
+    if (records.empty()) return;
+    fs::create_directories(dir_);
+    std::ofstream out(records_path(), std::ios::app | std::ios::binary);
+    for (const TuningRecord &r : records) out << r.to_json().dump() << "\n";
+    out.flush();
+    if (!out) throw UserError(records_path() + ": cannot append the tuning records");
+}
+
+void TuningDb::compact(const std::map<std::string, KernelIdentity> &layers) const {
+    std::vector<TuningRecord> all = records();
+    for (const auto &[layer, identity] : layers) {
+        // Per key, the chosen record of the latest run (a newer run of the same key replaces an older
+        // one: retuning is how a user changes their mind); ties in time go to the larger fraction.
+        std::map<std::string, TuningRecord> best;
+        for (const TuningRecord &r : all) {
+            if (r.identity.layer != layer || !r.chosen || r.role == "autoscheduler" || !identity.mismatch(r.identity).empty()) continue;
+            auto it = best.find(r.key());
+            if (it == best.end() || r.when > it->second.when || (r.when == it->second.when && r.result.frac > it->second.result.frac))
+                best[r.key()] = r;
+        }
+        json entries = json::array();
+        for (const auto &[key, r] : best) entries.push_back(r.to_json());
+        fs::create_directories(fs::path(best_path(layer)).parent_path());
+        json doc = {{"schema", kTuningSchema}, {"layer", layer}, {"identity", identity.to_json()}, {"entries", entries}};
+        write_file_atomically(best_path(layer), doc.dump(1) + "\n");
+    }
+}
+
+std::vector<TuningRecord> TuningDb::best(const std::string &layer, const KernelIdentity &current, std::vector<std::string> *notes) const {
+    std::vector<TuningRecord> out;
+    std::ifstream in(best_path(layer));
+    if (!in) return out;
+    json doc = json::parse(in, nullptr, false);
+    if (doc.is_discarded() || !doc.is_object() || !doc.contains("entries") || !doc["entries"].is_array()) {
+        if (notes) notes->push_back(best_path(layer) + ": not a tuning index; ignored");
+        return out;
+    }
+    if (doc.value("schema", 0) != kTuningSchema) {
+        if (notes) notes->push_back(best_path(layer) + ": schema " + doc.value("schema", json(0)).dump() + " (this normgen reads " +
+                                    std::to_string(kTuningSchema) + "); ignored");
+        return out;
+    }
+    std::set<std::string> said;
+    for (const json &e : doc["entries"]) {
+        try {
+            TuningRecord r = TuningRecord::from_json(e);
+            const std::string why = current.mismatch(r.identity);
+            if (!why.empty()) {
+                if (notes && said.insert(why).second) notes->push_back(best_path(layer) + ": stale records ignored: " + why);
+                continue;
+            }
+            out.push_back(r);
+        } catch (const UserError &err) {
+            if (notes) notes->push_back(best_path(layer) + ": an entry skipped: " + err.what());
+        }
+    }
+    return out;
+}
+
+std::vector<TunedSchedule> tuned_schedules(const std::vector<TuningRecord> &best, const std::string &dtype, const std::string &variant,
+                                           const std::string &backend, const std::string &isa) {
+    std::vector<TunedSchedule> out;
+    for (const TuningRecord &r : best) {
+        if (r.dtype != dtype || r.variant != variant || r.backend != backend || r.isa != isa) continue;
+        auto it = std::find_if(out.begin(), out.end(), [&](const TunedSchedule &t) { return t.schedule == r.schedule; });
+        if (it == out.end()) {
+            out.push_back({r.schedule, {}});
+            it = out.end() - 1;
+        }
+        it->wins.push_back(r);
+    }
+    std::sort(out.begin(), out.end(), [](const TunedSchedule &a, const TunedSchedule &b) { return a.schedule.dump() < b.schedule.dump(); });
+    return out;
+}
+
+json tuned_manifest_field(const TunedSchedule &t) {
+    json list = json::array();
+    for (const TuningRecord &r : t.wins)
+        list.push_back({{"shape", r.shape.to_json()}, {"cpu", r.cpu.to_json()}, {"sizes", r.sizes}, {"gbps", r.result.gbps},
+                        {"frac", r.result.frac}, {"limit", r.result.limit}, {"when", r.when}});
+    return list;
+}
+
+std::string schedule_tag(const json &schedule) {
+    char hex[9];
+    std::snprintf(hex, sizeof hex, "%08x", (unsigned)(text_hash(schedule.dump()) & 0xffffffffu));
+    return hex;
+}
+
+std::string utc_now() {
+    std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+}  // namespace normgen

@@ -1,0 +1,128 @@
+// The keys of tuning: what a measured schedule is good for. A tuning record (tuning_db.h) is valid
+// for one kernel identity, one shape class and one CPU; the generators build a kernel per winning
+// schedule and the registry (runtime/registry.h) picks among them by the same keys at run time.
+//
+//   CpuFingerprint  vendor, model, ISA tier and flags, threads, cache sizes, read from this machine
+//                   (/proc/cpuinfo, sysfs); distance() says how near two machines are (ISA must match)
+//   ShapeClass      a call's shape as tuning sees it: storage type, each axis of the main output
+//                   bucketed (exact up to 8, else the nearest power of two), the innermost extent's
+//                   alignment class, and where the bytes live against this CPU's caches (l2/l3/dram)
+//   KernelIdentity  the canonical declaration's hash and the generator, Halide and LLVM versions: a
+//                   record whose identity differs from today's is stale (ignored, with a note)
+//   LayerLimit      the roofline a layer is judged against at a shape: a copy of its bytes (the
+//                   faster of streaming and ordinary stores, measured beside it), or, when its
+//                   statistics span more than the cache holds (BatchNorm training at DRAM sizes),
+//                   a read-only sweep of x followed by that copy
+// All of it is plain data with JSON forms; nothing here runs a kernel.
+#pragma once
+
+#include "codegen/common/kernel_plan.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace normgen {
+
+// The generator's version as tuning records see it: bump it when a lowering or a schedule changes
+// what a record's knobs produce, so that records measured on the old code are ignored as stale.
+constexpr const char *kGeneratorVersion = "normgen-codegen 2";
+
+struct CpuFingerprint {
+    std::string vendor;      // "GenuineIntel", "AuthenticAMD", ...
+    std::string model;       // the model name
+    std::string isa;         // "avx512", "avx2" or "none" (normgen's tiers, runtime/manifest_schema.h)
+    std::vector<std::string> flags;  // the ISA flags normgen cares about (avx2, fma, f16c, avx512*)
+    int threads = 1;         // the threads kernels run on (Halide's pool: $HL_NUM_THREADS or the cores)
+    int64_t l1d = 0, l2 = 0, l3 = 0;  // bytes, per core for L1/L2, the largest L3
+
+    nlohmann::json to_json() const;
+    static CpuFingerprint from_json(const nlohmann::json &j);  // throws UserError on a malformed object
+    std::string key() const;  // "AuthenticAMD|avx2|t2|l2=512K|l3=32M"
+    std::string text() const; // "AMD EPYC (avx2, 2 threads, L2 512 KiB, L3 32 MiB)"
+};
+
+// This machine (read once). `threads`: $HL_NUM_THREADS when set, else the hardware threads.
+const CpuFingerprint &this_cpu();
+
+// How far apart two machines are for tuning purposes: infinity when their ISA tiers differ (a
+// schedule measured with other vector instructions says little), else the octaves between their
+// L2 and L3 sizes and thread counts, plus 1 for another vendor. kNearCpu: the most a record may be
+// away and still be used.
+double cpu_distance(const CpuFingerprint &a, const CpuFingerprint &b);
+constexpr double kNearCpu = 4.0;
+
+struct ShapeClass {
+    std::string dtype;                                  // "f32", "bf16", "f16"
+    std::vector<std::pair<std::string, int>> buckets;   // main output axes, memory order: (name, bucket)
+    int inner_multiple = 1;   // the largest of 16, 8, 4, 2, 1 dividing the innermost extent
+    std::string footprint;    // "l2" | "l3" | "dram": the call's bytes against the threads' L2 and the L3
+
+    std::string key() const;  // "f32|rows=2^12,d=2^12|m16|dram"
+    nlohmann::json to_json() const;
+    static ShapeClass from_json(const nlohmann::json &j);
+    bool operator==(const ShapeClass &o) const { return key() == o.key(); }
+};
+
+// The bucket of one extent: the extent itself up to 8, else 1000 + round(log2(extent)) (printed 2^k).
+int extent_bucket(int64_t extent);
+std::string bucket_text(int bucket);
+
+// The bytes one call moves at the floor: every input and parameter read once, every output of the
+// plan written once, at their storage sizes.
+int64_t plan_bytes(const NormSpec &spec, const KernelPlan &plan, const std::vector<int64_t> &extents);
+
+// The shape class of a call of `plan` with these atomic axis extents (per axis id) on `cpu`.
+ShapeClass shape_class(const NormSpec &spec, const KernelPlan &plan, const std::vector<int64_t> &extents, const CpuFingerprint &cpu);
+
+// How far a call's class is from a tuned one: infinity when the storage type, the axes, the
+// innermost alignment class or the footprint differ; else the octaves between their buckets
+// (exact buckets count as log2 of the extent). kNearShape: the most that still uses a tuned schedule.
+double shape_distance(const ShapeClass &a, const ShapeClass &b);
+constexpr double kNearShape = 2.0;
+
+// How well a schedule tuned for (tuned, there) fits a call of class `call` on `here`: infinity when
+// it may not be used (the shape class or the CPU too far, see above), else smaller is nearer (the
+// shape class weighs ten times the CPU). The registry's dispatch and `normgen describe --shape`
+// rank tuned schedules by it.
+double tuned_match_score(const ShapeClass &call, const CpuFingerprint &here, const ShapeClass &tuned, const CpuFingerprint &there);
+
+struct KernelIdentity {
+    std::string layer;
+    std::string decl_hash;  // FNV-1a of the canonical declaration text (hex)
+    std::string generator = kGeneratorVersion;
+    std::string halide, llvm;  // the versions this build of normgen uses
+
+    nlohmann::json to_json() const;
+    static KernelIdentity from_json(const nlohmann::json &j);
+    // "" when `o` is the same kernel, else what differs ("the declaration changed", "Halide 20.0.0 -> 21.0.0").
+    std::string mismatch(const KernelIdentity &o) const;
+};
+
+// The identity of a declaration's kernels in this build of normgen.
+KernelIdentity kernel_identity(const NormSpec &spec);
+// The Halide and LLVM versions this build was configured with.
+const char *halide_version();
+const char *llvm_version();
+
+// The limit a layer is judged against at a shape (DESIGN.md, Performance).
+struct LayerLimit {
+    bool reads_twice = false;  // x must be read twice: the statistics span more than the cache holds
+    int64_t bytes = 0;         // floor bytes of a call (plan_bytes)
+    int64_t reread_bytes = 0;  // the bytes read a second time (the inputs the statistics read)
+    std::string why;           // one line
+};
+LayerLimit layer_limit(const NormSpec &spec, const KernelPlan &plan, const std::vector<int64_t> &extents, const CpuFingerprint &cpu);
+
+// Extents per atomic axis id from sizes by axis name (every atomic axis named, or fixed by an
+// `axis g = N` declaration); throws UserError naming a missing or unknown axis.
+std::vector<int64_t> extents_from_sizes(const NormSpec &spec, const std::map<std::string, int64_t> &sizes);
+
+// "rows=4096,d=4096" <-> sizes by axis name (user input: UserError on a malformed list).
+std::map<std::string, int64_t> parse_sizes(const std::string &text);
+std::string sizes_text(const NormSpec &spec, const std::vector<int64_t> &extents);
+
+}  // namespace normgen

@@ -1,0 +1,67 @@
+#include "codegen/common/tuning_search.h"
+
+#include <algorithm>
+
+namespace normgen {
+
+void CoordinateSearch::add_backend(const std::string &backend, const ScheduleRecord &defaults, const std::vector<KnobChoice> &space) {
+    State s{defaults, std::nullopt, space, {defaults.text()}};
+    state_.erase(backend);
+    state_.emplace(backend, std::move(s));
+    if (std::find(order_.begin(), order_.end(), backend) == order_.end()) order_.push_back(backend);
+}
+
+std::vector<std::string> CoordinateSearch::backends() const { return order_; }
+
+std::vector<SearchCandidate> CoordinateSearch::next() {
+    batch_.clear();
+    for (;;) {
+        size_t longest = 0;
+        for (const auto &[b, s] : state_) longest = std::max(longest, s.space.size());
+        if (knob_ >= longest) {
+            // The end of a pass: another one only when this one moved something (at most two).
+            if (!moved_this_pass_ || ++pass_ >= 2) return {};
+            moved_this_pass_ = false;
+            knob_ = 0;
+            continue;
+        }
+        for (const std::string &b : order_) {
+            State &s = state_.at(b);
+            if (knob_ >= s.space.size()) continue;
+            const KnobChoice &k = s.space[knob_];
+            for (int64_t v : k.values) {
+                if (s.best.get(k.knob) == v) continue;
+                ScheduleRecord r = s.best;
+                r.set(k.knob, v);
+                const std::string text = r.text();
+                if (std::find(s.tried.begin(), s.tried.end(), text) != s.tried.end()) continue;
+                s.tried.push_back(text);
+                batch_.push_back({b, r, k.knob});
+            }
+        }
+        ++knob_;
+        if (!batch_.empty()) return batch_;
+    }
+}
+
+void CoordinateSearch::report(const std::map<std::string, SearchTiming> &bests, const std::vector<std::optional<SearchTiming>> &candidates) {
+    moved_ = false;
+    for (const auto &[b, t] : bests)
+        if (state_.count(b)) state_.at(b).best_time = t;
+    for (const std::string &b : order_) {
+        State &s = state_.at(b);
+        if (!s.best_time || s.best_time->median <= 0) continue;
+        for (size_t i = 0; i < candidates.size() && i < batch_.size(); ++i) {
+            if (batch_[i].backend != b || !candidates[i] || candidates[i]->median <= 0) continue;
+            const SearchTiming &bt = *s.best_time;
+            const double noise = std::max(0.01, 0.5 * (bt.p80 - bt.p20) / bt.median);
+            if (candidates[i]->median < bt.median * (1 - noise)) {
+                s.best = batch_[i].record;
+                s.best_time = candidates[i];
+                moved_ = moved_this_pass_ = true;
+            }
+        }
+    }
+}
+
+}  // namespace normgen

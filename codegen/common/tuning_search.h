@@ -1,0 +1,68 @@
+// The tuner's search strategy, apart from compiling and timing (codegen/driver/tune.cpp drives it):
+// coordinate descent over each backend's schedule space, from its default record.
+//
+//   next()    the next batch: for one knob per backend (in the space's order), every value of that
+//             knob not yet tried, set on that backend's best record so far; empty when the space is
+//             exhausted (two passes, or one that moved nothing)
+//   report()  the batch's timings: each backend's best re-measured in the same batch, and the
+//             candidates that passed verification (a rejected candidate has no timing and can never
+//             become a best). A candidate replaces its backend's best when its median is below the
+//             best's by more than the noise of the batch: max(1%, half the best's p20-p80 spread).
+//
+// Plain data in, plain data out, so tests can plant a better schedule in a toy space and watch it
+// being found.
+#pragma once
+
+#include "codegen/common/schedule_record.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace normgen {
+
+struct SearchTiming {
+    double median = 0, p20 = 0, p80 = 0;  // seconds per call
+};
+
+struct SearchCandidate {
+    std::string backend;
+    ScheduleRecord record;
+    std::string knob;  // the knob this candidate changed ("" for a default)
+};
+
+class CoordinateSearch {
+public:
+    // Per backend: its default record and its space (schedule_space()).
+    void add_backend(const std::string &backend, const ScheduleRecord &defaults, const std::vector<KnobChoice> &space);
+
+    // The next batch of new candidates; empty when done.
+    std::vector<SearchCandidate> next();
+
+    // The timings of the last batch: `bests` by backend (the bests it was measured beside),
+    // `candidates` index-aligned with the batch next() returned; nullopt for a rejected one.
+    void report(const std::map<std::string, SearchTiming> &bests, const std::vector<std::optional<SearchTiming>> &candidates);
+
+    const ScheduleRecord &best(const std::string &backend) const { return state_.at(backend).best; }
+    // The timing of a backend's best in the last batch that measured it (nullopt before any).
+    std::optional<SearchTiming> best_timing(const std::string &backend) const { return state_.at(backend).best_time; }
+    std::vector<std::string> backends() const;
+    bool moved() const { return moved_; }  // some best changed in the last report
+
+private:
+    struct State {
+        ScheduleRecord best;
+        std::optional<SearchTiming> best_time;
+        std::vector<KnobChoice> space;
+        std::vector<std::string> tried;  // records' text
+    };
+    std::map<std::string, State> state_;
+    std::vector<std::string> order_;  // backends in the order added
+    std::vector<SearchCandidate> batch_;
+    size_t knob_ = 0;
+    int pass_ = 0;
+    bool moved_ = false, moved_this_pass_ = false;
+};
+
+}  // namespace normgen

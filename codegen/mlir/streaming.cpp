@@ -1,0 +1,116 @@
+#include "codegen/mlir/streaming.h"
+
+#include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/Instructions.h"
+#include "llvm/IR/IntrinsicsX86.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Metadata.h"
+#include "llvm/IR/Module.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/TargetParser/Triple.h"
+
+#include <cstdio>
+#include <regex>
+#include <set>
+#include <stdexcept>
+
+namespace normgen::mlirgen {
+
+namespace {
+
+// Whether a type node of Halide's TBAA tree names buffer `b`: "y", "y$1", "y.width16.base0", "y$1.width16.base0".
+bool names_buffer(const llvm::MDNode *type, const std::vector<std::regex> &buffers) {
+    if (!type || type->getNumOperands() == 0) return false;
+    const auto *name = llvm::dyn_cast<llvm::MDString>(type->getOperand(0));
+    if (!name) return false;
+    const std::string s = name->getString().str();
+    for (const std::regex &r : buffers)
+        if (std::regex_match(s, r)) return true;
+    return false;
+}
+
+// Whether a store's access tag (base type, access type, offset) points into one of the buffers.
+bool stores_to(const llvm::StoreInst &st, const std::vector<std::regex> &buffers) {
+    const llvm::MDNode *tag = st.getMetadata(llvm::LLVMContext::MD_tbaa);
+    if (!tag || tag->getNumOperands() < 2) return false;
+    for (unsigned k = 0; k < 2; ++k)
+        if (names_buffer(llvm::dyn_cast<llvm::MDNode>(tag->getOperand(k)), buffers)) return true;
+    return false;
+}
+
+}  // namespace
+
+StreamingResult compile_streaming_object(const std::string &bitcode_path, const std::vector<std::string> &buffers,
+                                         const std::string &object_path) {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    llvm::LLVMContext ctx;
+    auto buf = llvm::MemoryBuffer::getFile(bitcode_path);
+    if (!buf) throw std::runtime_error("streaming stores: cannot read " + bitcode_path + ": " + buf.getError().message());
+    auto parsed = llvm::parseBitcodeFile((*buf)->getMemBufferRef(), ctx);
+    if (!parsed) throw std::runtime_error("streaming stores: " + bitcode_path + " is not LLVM bitcode: " + llvm::toString(parsed.takeError()));
+    std::unique_ptr<llvm::Module> m = std::move(*parsed);
+
+    std::vector<std::regex> names;
+    for (const std::string &b : buffers) {
+        std::string esc;
+        for (char c : b) esc += std::isalnum((unsigned char)c) || c == '_' ? std::string(1, c) : std::string("\\") + c;
+        names.emplace_back(esc + "(\\$[0-9]+)?(\\..*)?");
+    }
+
+    StreamingResult r;
+    llvm::MDNode *nt = llvm::MDNode::get(ctx, {llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(llvm::Type::getInt32Ty(ctx), 1))});
+    for (llvm::Function &f : *m) {
+        bool any = false;
+        for (llvm::BasicBlock &bb : f)
+            for (llvm::Instruction &i : bb) {
+                auto *st = llvm::dyn_cast<llvm::StoreInst>(&i);
+                if (!st || !st->getValueOperand()->getType()->isVectorTy() || !stores_to(*st, names)) continue;
+                const uint64_t bytes = m->getDataLayout().getTypeStoreSize(st->getValueOperand()->getType()).getFixedValue();
+                const uint64_t align = st->getAlign().value();
+                // Only stores Halide proved aligned: a full vector (or at least 32 bytes of it) on its boundary.
+                if (align < 16 || align < std::min<uint64_t>(bytes, 32)) continue;
+                st->setMetadata(llvm::LLVMContext::MD_nontemporal, nt);
+                ++r.marked;
+                any = true;
+            }
+        if (!any) continue;
+        ++r.functions;
+        llvm::Function *sfence = llvm::Intrinsic::getOrInsertDeclaration(m.get(), llvm::Intrinsic::x86_sse_sfence);
+        for (llvm::BasicBlock &bb : f)
+            if (auto *ret = llvm::dyn_cast<llvm::ReturnInst>(bb.getTerminator())) llvm::IRBuilder<>(ret).CreateCall(sfence);
+    }
+
+    const llvm::Triple triple(m->getTargetTriple());
+    std::string err;
+    const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, err);
+    if (!target) throw std::runtime_error("streaming stores: no LLVM target for " + triple.str() + ": " + err);
+    // The CPU and its features come from each function's attributes (Halide sets them per target).
+    std::unique_ptr<llvm::TargetMachine> tm(
+        target->createTargetMachine(triple, "generic", "", llvm::TargetOptions(), llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+    if (!tm) throw std::runtime_error("streaming stores: cannot create a TargetMachine for " + triple.str());
+    m->setDataLayout(tm->createDataLayout());
+    const std::string tmp = object_path + ".tmp";
+    {
+        std::error_code ec;
+        llvm::raw_fd_ostream out(tmp, ec, llvm::sys::fs::OF_None);
+        if (ec) throw std::runtime_error("cannot open " + tmp + ": " + ec.message());
+        llvm::legacy::PassManager codegen;
+        if (tm->addPassesToEmitFile(codegen, out, nullptr, llvm::CodeGenFileType::ObjectFile))
+            throw std::runtime_error("streaming stores: the TargetMachine cannot emit object files");
+        codegen.run(*m);
+        out.close();
+        if (out.has_error()) throw std::runtime_error("writing " + tmp + " failed");
+    }
+    if (std::rename(tmp.c_str(), object_path.c_str()) != 0) throw std::runtime_error("cannot rename " + tmp + " to " + object_path);
+    return r;
+}
+
+}  // namespace normgen::mlirgen

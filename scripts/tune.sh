@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Retunes the shipped tuning database (generated/tuning/) for this machine: every catalog layer of
+# the benchmark grid (bench/shape_grids.h), forward in f32 and bf16 and backward in f32, each shape
+# class within its budget, both backends, Halide's autoschedulers timed beside the choice (`normgen
+# tune --help`). Progress on stderr, one line per class; Ctrl-C keeps what was measured. Then the
+# build picks the new choices up (each layer's kernels regenerate from its best/<layer>.json).
+#
+#   scripts/tune.sh [LAYER...] [-- TUNE OPTIONS]   e.g. scripts/tune.sh rms_norm -- --budget 30
+#
+# NORMGEN_TUNE_BUDGET (seconds per class, default 60). Nothing else should run meanwhile: the
+# choices are bandwidth measurements. About 40 shape classes forward and 20 backward: ~1 hour.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/build.sh
+layers=()
+while [[ $# -gt 0 && "$1" != "--" ]]; do layers+=("$1"); shift; done
+[[ "${1:-}" == "--" ]] && shift
+if ((${#layers[@]} == 0)); then
+  layers=(layer_norm rms_norm layer_norm_weight_only dyt fused_add_rms_norm rms_norm_llama rms_norm_gemma poly_norm
+          batch_norm_train batch_norm_eval group_norm_nchw group_norm_nhwc instance_norm)
+fi
+grad_layers=(layer_norm rms_norm layer_norm_weight_only layer_norm_no_affine dyt fused_add_rms_norm
+             batch_norm_train group_norm_nchw group_norm_nhwc instance_norm)
+budget=${NORMGEN_TUNE_BUDGET:-60}
+mkdir -p build/tune-cache
+files=()
+for l in "${layers[@]}"; do files+=("dsl/catalog/$l.norm"); done
+echo "tune.sh: forward, f32 and bf16: ${layers[*]}"
+build/bin/normgen tune "${files[@]}" --dtype f32,bf16 --shapes grid --budget "$budget" \
+    --db generated/tuning --cache build/tune-cache "$@"
+gfiles=()
+for l in "${grad_layers[@]}"; do
+  for want in "${layers[@]}"; do [[ "$l" == "$want" ]] && gfiles+=("dsl/catalog/$l.norm"); done
+done
+if ((${#gfiles[@]})); then
+  echo "tune.sh: backward, f32: ${gfiles[*]##*/}"
+  build/bin/normgen tune "${gfiles[@]}" --grad --dtype f32 --shapes grid --budget "$budget" \
+      --db generated/tuning --cache build/tune-cache "$@"
+fi
+echo "tune.sh: done; rebuild (scripts/build.sh) to generate the chosen kernels"

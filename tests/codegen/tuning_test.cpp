@@ -1,0 +1,259 @@
+// The pieces of tuning that are plain data (codegen/common/tuning_keys.h, tuning_db.h,
+// tuning_search.h, schedule_space()): shape classes and CPU fingerprints, the database's round trip,
+// its compaction and its stale records, and the search finding a schedule planted in a toy space.
+#include "codegen/common/kernel_plan.h"
+#include "codegen/common/schedule_record.h"
+#include "codegen/common/tuning_db.h"
+#include "codegen/common/tuning_keys.h"
+#include "codegen/common/tuning_search.h"
+#include "dsl/checker.h"
+#include "runtime/errors.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+using namespace normgen;
+namespace fs = std::filesystem;
+
+namespace {
+
+NormSpec catalog(const std::string &layer) { return load_norm_file(std::string(NORMGEN_SOURCE_DIR) + "/dsl/catalog/" + layer + ".norm"); }
+
+CpuFingerprint cpu(const std::string &isa, int64_t l3_mib, int threads = 2, const std::string &vendor = "AuthenticAMD") {
+    CpuFingerprint c;
+    c.vendor = vendor;
+    c.model = "test CPU";
+    c.isa = isa;
+    c.flags = {"avx2", "fma", "f16c"};
+    c.threads = threads;
+    c.l1d = 32 << 10;
+    c.l2 = 512 << 10;
+    c.l3 = l3_mib << 20;
+    return c;
+}
+
+fs::path fresh_dir() {
+    static std::mt19937_64 rng(std::random_device{}());
+    fs::path p = fs::temp_directory_path() / ("normgen-tuning-test-" + std::to_string(rng()));
+    fs::create_directories(p);
+    return p;
+}
+
+TuningRecord record(const NormSpec &spec, const ShapeClass &shape, const CpuFingerprint &c, const ScheduleRecord &sched, double gbps,
+                    const std::string &when, bool chosen, const std::string &role = "candidate") {
+    TuningRecord r;
+    r.identity = kernel_identity(spec);
+    r.dtype = shape.dtype;
+    r.backend = sched.kind() == ScheduleKind::MlirCpu ? "mlir" : "halide";
+    r.isa = c.isa;
+    r.role = role;
+    r.chosen = chosen;
+    r.sizes = {{"rows", 4096}, {"d", 4096}};
+    r.bytes = 4096 * 4096 * 8;
+    r.shape = shape;
+    r.cpu = c;
+    r.schedule = sched.to_json();
+    r.result.median_s = r.bytes / gbps / 1e9;
+    r.result.gbps = gbps;
+    r.result.limit = "copy";
+    r.result.limit_gbps = 40;
+    r.result.frac = gbps / 40;
+    r.when = when;
+    r.run = "test";
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("shape classes bucket the axes, the innermost alignment and the footprint", "[tuning]") {
+    const NormSpec ln = catalog("layer_norm");
+    const KernelPlan plan = make_plan(ln, DType::F32, Variant::Core);
+    const CpuFingerprint epyc = cpu("avx2", 32);
+    CHECK(extent_bucket(7) == 7);
+    CHECK(bucket_text(extent_bucket(4096)) == "2^12");
+    CHECK(bucket_text(extent_bucket(768)) == "2^10");  // 768 rounds to 1024 in log2
+    const ShapeClass big = shape_class(ln, plan, extents_from_sizes(ln, {{"rows", 16384}, {"d", 8192}}), epyc);
+    CHECK(big.key() == "f32|rows=2^14,d=2^13|m16|dram");
+    const ShapeClass small = shape_class(ln, plan, extents_from_sizes(ln, {{"rows", 8}, {"d", 4097}}), epyc);
+    CHECK(small.key() == "f32|rows=8,d=2^12|m1|l2");
+    // 128 MiB is DRAM-sized beside a 32 MiB L3, cache-sized beside 260 MiB.
+    const std::vector<int64_t> mid = extents_from_sizes(ln, {{"rows", 4096}, {"d", 4096}});
+    CHECK(shape_class(ln, plan, mid, epyc).footprint == "dram");
+    CHECK(shape_class(ln, plan, mid, cpu("avx512", 260)).footprint == "l3");
+    // Distances: one octave apart; exact small extents never mix; another footprint never matches.
+    const ShapeClass a = shape_class(ln, plan, extents_from_sizes(ln, {{"rows", 16384}, {"d", 4096}}), epyc);
+    const ShapeClass b = shape_class(ln, plan, extents_from_sizes(ln, {{"rows", 32768}, {"d", 4096}}), epyc);
+    CHECK(shape_distance(a, b) == Approx(1.0));
+    CHECK(std::isinf(shape_distance(small, shape_class(ln, plan, extents_from_sizes(ln, {{"rows", 7}, {"d", 4097}}), epyc))));
+    CHECK(std::isinf(shape_distance(a, small)));
+    CHECK(ShapeClass::from_json(a.to_json()) == a);
+}
+
+TEST_CASE("CPU fingerprints: this machine, JSON, and the distance that decides dispatch", "[tuning]") {
+    const CpuFingerprint &here = this_cpu();
+    CHECK(!here.vendor.empty());
+    CHECK(here.threads >= 1);
+    CHECK(here.l3 >= 0);
+    const CpuFingerprint back = CpuFingerprint::from_json(here.to_json());
+    CHECK(back.key() == here.key());
+    CHECK(cpu_distance(cpu("avx2", 32), cpu("avx2", 32)) == 0);
+    CHECK(std::isinf(cpu_distance(cpu("avx2", 32), cpu("avx512", 32))));  // another ISA tier: unknown
+    CHECK(cpu_distance(cpu("avx512", 32), cpu("avx512", 256)) == Approx(3.0));
+    CHECK(cpu_distance(cpu("avx2", 32), cpu("avx2", 32, 2, "GenuineIntel")) == Approx(1.0));
+    CHECK_THROWS_AS(CpuFingerprint::from_json(nlohmann::json{{"vendor", "x"}}), UserError);
+}
+
+TEST_CASE("the layer's limit: a second read of x when the statistics span more than the L3", "[tuning]") {
+    const NormSpec bn = catalog("batch_norm_train");
+    const KernelPlan plan = make_plan(bn, DType::F32, Variant::Core);
+    const std::vector<int64_t> big = extents_from_sizes(bn, {{"n", 128}, {"c", 256}, {"h", 56}, {"w", 56}});
+    const LayerLimit l = layer_limit(bn, plan, big, cpu("avx2", 32));
+    CHECK(l.reads_twice);
+    CHECK(l.reread_bytes == int64_t(128) * 256 * 56 * 56 * 4);
+    CHECK_FALSE(layer_limit(bn, plan, extents_from_sizes(bn, {{"n", 2}, {"c", 64}, {"h", 8}, {"w", 8}}), cpu("avx2", 32)).reads_twice);
+    // GroupNorm NHWC: one sample's slab (5 MiB) a thread fits a 32 MiB L3; LayerNorm's rows always do.
+    const NormSpec gn = catalog("group_norm_nhwc");
+    CHECK_FALSE(layer_limit(gn, make_plan(gn, DType::F32, Variant::Core), extents_from_sizes(gn, {{"n", 8}, {"cg", 10}, {"h", 64}, {"w", 64}}),
+                            cpu("avx2", 32))
+                    .reads_twice);
+    const NormSpec ln = catalog("layer_norm");
+    CHECK_FALSE(layer_limit(ln, make_plan(ln, DType::F32, Variant::Core), extents_from_sizes(ln, {{"rows", 65536}, {"d", 8192}}), cpu("avx2", 32))
+                    .reads_twice);
+}
+
+TEST_CASE("tuning database: round trip, compaction to the latest choice, stale records ignored", "[tuning]") {
+    const fs::path dir = fresh_dir();
+    const NormSpec rms = catalog("rms_norm");
+    const KernelPlan plan = make_plan(rms, DType::F32, Variant::Core);
+    const CpuFingerprint c = cpu("avx2", 32);
+    const ShapeClass cls = shape_class(rms, plan, extents_from_sizes(rms, {{"rows", 4096}, {"d", 4096}}), c);
+    ScheduleRecord def = choose_schedule(plan, ScheduleKind::HalideCpu, Isa::Avx2);
+    ScheduleRecord nt = def;
+    nt.set("streaming_stores", 1);
+    ScheduleRecord wide = def;
+    wide.set("vector_width", 16);
+    const TuningDb db(dir.string());
+
+    const TuningRecord first = record(rms, cls, c, nt, 30, "2026-12-01T10:00:00Z", true);
+    db.append({record(rms, cls, c, def, 20, "2026-12-01T10:00:00Z", false, "default"), first});
+    std::vector<std::string> notes;
+    std::vector<TuningRecord> back = db.records(&notes);
+    REQUIRE(back.size() == 2);
+    CHECK(notes.empty());
+    CHECK(back[1].to_json() == first.to_json());  // every field survives the round trip
+
+    // A later run's choice replaces the earlier one for the same key; an autoscheduler never is one.
+    db.append({record(rms, cls, c, wide, 25, "2026-12-02T10:00:00Z", true)});
+    db.append({record(rms, cls, c, def, 99, "2026-12-03T10:00:00Z", true, "autoscheduler")});
+    db.compact({{"rms_norm", kernel_identity(rms)}});
+    std::vector<TuningRecord> best = db.best("rms_norm", kernel_identity(rms), &notes);
+    REQUIRE(best.size() == 1);
+    CHECK(best[0].schedule == wide.to_json());
+    CHECK(notes.empty());
+
+    // Grouped per schedule for the generators.
+    std::vector<TunedSchedule> ts = tuned_schedules(best, "f32", "core", "halide", "avx2");
+    REQUIRE(ts.size() == 1);
+    CHECK(ts[0].wins.size() == 1);
+    CHECK(tuned_schedules(best, "bf16", "core", "halide", "avx2").empty());
+    CHECK(tuned_schedules(best, "f32", "core", "halide", "avx512").empty());
+
+    // A record of another declaration text (the layer was edited) is stale: skipped, with a note.
+    KernelIdentity other = kernel_identity(rms);
+    other.decl_hash = "0000000000000000";
+    std::vector<TuningRecord> stale = db.best("rms_norm", other, &notes);
+    CHECK(stale.empty());
+    REQUIRE(notes.size() == 1);
+    CHECK(notes[0].find("stale records ignored: the declaration changed") != std::string::npos);
+    KernelIdentity old_halide = kernel_identity(rms);
+    old_halide.halide = "20.0.0";
+    notes.clear();
+    CHECK(db.best("rms_norm", old_halide, &notes).empty());
+    CHECK(notes.at(0).find("Halide") != std::string::npos);
+
+    // A line that is not a record is skipped with its line number; the rest still reads.
+    std::ofstream(db.records_path(), std::ios::app) << "{not json\n";
+    notes.clear();
+    CHECK(db.records(&notes).size() == 4);
+    REQUIRE(notes.size() == 1);
+    CHECK(notes[0].find("records.jsonl:5") != std::string::npos);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("the schedule space follows the plan", "[tuning]") {
+    auto knobs = [](const std::string &layer, int inner_multiple) {
+        const NormSpec s = catalog(layer);
+        const KernelPlan p = make_plan(s, DType::F32, Variant::Core);
+        std::vector<std::string> names;
+        const ScheduleRecord def = choose_schedule(p, ScheduleKind::HalideCpu, Isa::Avx2);
+        for (const KnobChoice &k : schedule_space(s, p, def, inner_multiple)) {
+            names.push_back(k.knob);
+            CHECK(std::count(k.values.begin(), k.values.end(), def.get(k.knob)) == 1);  // the default is among them
+        }
+        return names;
+    };
+    auto has = [](const std::vector<std::string> &v, const char *k) { return std::count(v.begin(), v.end(), k) == 1; };
+    const auto rms = knobs("rms_norm", 16);
+    CHECK(has(rms, "streaming_stores"));
+    CHECK(has(rms, "row_accumulators"));
+    CHECK_FALSE(has(rms, "group_vectors"));
+    CHECK_FALSE(has(knobs("rms_norm", 2), "streaming_stores"));  // rows not a multiple of the vector
+    CHECK(has(knobs("batch_norm_train", 1), "fuse_reduced_pair"));
+    CHECK(has(knobs("group_norm_nhwc", 2), "group_vectors"));
+    const NormSpec ln = catalog("layer_norm");
+    const KernelPlan p = make_plan(ln, DType::F32, Variant::Core);
+    const auto mlir = schedule_space(ln, p, choose_schedule(p, ScheduleKind::MlirCpu, Isa::Avx2), 16);
+    REQUIRE(!mlir.empty());
+    CHECK(mlir[0].knob == "chunk_bytes");
+}
+
+TEST_CASE("the search finds a schedule planted in a toy space, and a rejected candidate never wins", "[tuning]") {
+    // A toy cost: the planted optimum (row_accumulators=8, min_task_elements=65536, streaming on)
+    // is 2x faster than the default; each knob alone helps a little; noise of 0.5%.
+    const NormSpec rms = catalog("rms_norm");
+    const KernelPlan plan = make_plan(rms, DType::F32, Variant::Core);
+    const ScheduleRecord def = choose_schedule(plan, ScheduleKind::HalideCpu, Isa::Avx2);
+    std::mt19937_64 rng(7);
+    auto cost = [&](const ScheduleRecord &r) {
+        double t = 1.0;
+        if (r.get("row_accumulators") == 8) t *= 0.85;
+        if (r.get("min_task_elements") == 65536) t *= 0.8;
+        if (r.flag("streaming_stores")) t *= 0.75;
+        if (r.get("vector_width") == 16) t *= 1.3;  // a trap: wider is slower here
+        if (!r.flag("row_in_cache")) t *= 0.1;      // the fastest of all, and wrong (rejected below)
+        return t;
+    };
+    auto measure = [&](const ScheduleRecord &r) {
+        std::normal_distribution<double> noise(0, 0.005);
+        const double t = cost(r) * (1 + noise(rng));
+        return SearchTiming{t, t * 0.995, t * 1.005};
+    };
+    CoordinateSearch s;
+    s.add_backend("halide", def, schedule_space(rms, plan, def, 16));
+    // A planted wrong candidate: the fastest of all (row_in_cache=0), but it fails verification.
+    int rejected = 0, batches = 0;
+    for (std::vector<SearchCandidate> batch = s.next(); !batch.empty(); batch = s.next()) {
+        ++batches;
+        std::vector<std::optional<SearchTiming>> t;
+        for (const SearchCandidate &c : batch) {
+            if (!c.record.flag("row_in_cache")) {
+                ++rejected;
+                t.push_back(std::nullopt);
+            } else {
+                t.push_back(measure(c.record));
+            }
+        }
+        s.report({{"halide", measure(s.best("halide"))}}, t);
+    }
+    CHECK(rejected >= 1);
+    CHECK(s.best("halide").get("row_accumulators") == 8);
+    CHECK(s.best("halide").get("min_task_elements") == 65536);
+    CHECK(s.best("halide").flag("streaming_stores"));
+    CHECK(s.best("halide").flag("row_in_cache"));
+    CHECK(s.best("halide").get("vector_width") == def.get("vector_width"));
+    CHECK(batches <= 20);
+}
