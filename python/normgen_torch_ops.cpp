@@ -35,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <set>
 #include <sstream>
 #include <string>
@@ -66,6 +67,10 @@ struct Op {
     bool backward = false;
     std::shared_ptr<const NormSpec> spec;
     mutable std::map<std::pair<DType, bool>, const Registry::Kernel *> kernels;  // select()'s choice, cached
+    // Dispatch by shape (Registry::select_for) when the library has tuned kernels of this layer:
+    // the choice per (dtype, variant, input shapes), cached (at most 256 shapes, then cleared).
+    mutable std::map<std::tuple<DType, bool, std::vector<std::vector<int64_t>>>, const Registry::Kernel *> by_shape;
+    mutable int tuned = -1;  // whether any kernel of the layer has tuned classes (-1: not looked yet)
 };
 
 std::map<std::string, Op> &ops() {
@@ -184,6 +189,35 @@ Call prepare(const Op &o, const std::vector<c10::IValue> &args) {
         at::Tensor t = at::empty(normgen::physical_shape(spec, out->dims, ext), at::TensorOptions().dtype(normgen::aten_type(a.dtype)));
         views[a.name] = normgen::TensorView{t.data_ptr(), a.dtype, t.sizes().vec(), {}};
         result.push_back(t);
+    }
+    // The kernel tuning chose for these shapes on this CPU (the default when none): the outputs
+    // above have the same storage types in every kernel of the type and variant.
+    {
+        static std::mutex mu;
+        std::lock_guard<std::mutex> lock(mu);
+        const std::string layer = o.backward ? o.layer + "_grad" : o.layer;
+        if (o.tuned < 0) {
+            o.tuned = 0;
+            for (const Registry::Kernel *x : registry().kernels())
+                if (x->layer == layer && !x->tuned.empty()) o.tuned = 1;
+        }
+        if (o.tuned) {
+            std::vector<std::vector<int64_t>> in_shapes;
+            for (const at::Tensor &t : tensors) in_shapes.push_back(t.sizes().vec());
+            auto key = std::make_tuple(dtype, saved, in_shapes);
+            auto it = o.by_shape.find(key);
+            const Registry::Kernel *chosen = it == o.by_shape.end() ? nullptr : it->second;
+            if (!chosen || !chosen->refuses(views, ext).empty()) {
+                try {
+                    chosen = registry().select_for(layer, dtype, views, saved).kernel;
+                } catch (const std::exception &e) {
+                    TORCH_CHECK(false, who, ": ", e.what());
+                }
+                if (o.by_shape.size() >= 256) o.by_shape.clear();
+                if (chosen) o.by_shape[key] = chosen;
+            }
+            if (chosen && (!o.backward || chosen->grad_of == o.layer)) k = chosen;
+        }
     }
     return Call{k, std::move(views), std::move(result)};  // run_kernel checks the call before it writes
 }

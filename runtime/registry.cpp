@@ -277,18 +277,25 @@ Registry Registry::load(const std::string &path, const KernelEntry *table, size_
         k->library = e.contains("library") ? r.str(e, "library") : "";
         k->header = e.contains("header") ? r.str(e, "header") : "";
         k->grad_of = e.contains("grad_of") ? r.str(e, "grad_of") : "";
-        if (e.contains("requires")) {  // streaming stores: what a call must give (Kernel::Requirement)
+        if (e.contains("requires")) {  // what a call must give (Kernel::Requirement)
             const json &q = e["requires"];
             if (!q.is_object()) r.fail("field 'requires' is not an object");
-            const json &al = r.field(q, "alignment", "requires: ");
-            if (!al.is_number_integer() || al.get<int>() < 1 || al.get<int>() > 4096) r.fail("requires: 'alignment' must be 1..4096 bytes");
-            k->requirement.alignment = al.get<int>();
-            k->requirement.outputs = r.strings(q, "outputs", "requires: ");
-            const json &m = r.field(q, "multiple_of", "requires: ");
-            if (!m.is_object() || m.size() != 1 || !m.begin().value().is_number_integer() || m.begin().value().get<int64_t>() < 1)
-                r.fail("requires: 'multiple_of' must be {\"axis\": N}");
-            k->requirement.axis = m.begin().key();
-            k->requirement.multiple = m.begin().value().get<int64_t>();
+            if (q.contains("alignment")) {
+                const json &al = q["alignment"];
+                if (!al.is_number_integer() || al.get<int>() < 1 || al.get<int>() > 4096) r.fail("requires: 'alignment' must be 1..4096 bytes");
+                k->requirement.alignment = al.get<int>();
+                k->requirement.outputs = r.strings(q, "outputs", "requires: ");
+            }
+            auto one_axis = [&](const char *key, std::string &axis, int64_t &value) {
+                if (!q.contains(key)) return;
+                const json &m = q[key];
+                if (!m.is_object() || m.size() != 1 || !m.begin().value().is_number_integer() || m.begin().value().get<int64_t>() < 1)
+                    r.fail(std::string("requires: '") + key + "' must be {\"axis\": N}");
+                axis = m.begin().key();
+                value = m.begin().value().get<int64_t>();
+            };
+            one_axis("multiple_of", k->requirement.axis, k->requirement.multiple);
+            one_axis("extent", k->requirement.fixed_axis, k->requirement.fixed_extent);
         }
         k->tuned_only = e.contains("tuned_only") && r.boolean(e, "tuned_only");
         if (e.contains("tuned")) {  // the shape classes tuning chose this kernel for
@@ -443,8 +450,14 @@ const Registry::Kernel *Registry::select_grad(const std::string &layer, DType dt
 
 std::string Registry::Kernel::refuses(const std::map<std::string, TensorView> &tensors, const AxisExtents &ext) const {
     const Requirement &q = requirement;
-    if (!q.alignment) return "";
-    const AxisId ax = spec->find_axis(q.axis);
+    if (!q.any()) return "";
+    if (q.fixed_extent > 0) {
+        const AxisId fx = spec->find_axis(q.fixed_axis);
+        if (fx >= 0 && ext.extent.at((size_t)fx) != q.fixed_extent)
+            return "axis '" + q.fixed_axis + "' = " + std::to_string(ext.extent.at((size_t)fx)) + ", but the kernel is compiled for " +
+                   std::to_string(q.fixed_extent) + " only";
+    }
+    const AxisId ax = q.axis.empty() ? -1 : spec->find_axis(q.axis);
     if (ax >= 0 && ext.extent.at((size_t)ax) % q.multiple != 0)
         return "axis '" + q.axis + "' = " + std::to_string(ext.extent.at((size_t)ax)) + " is not a multiple of " + std::to_string(q.multiple);
     for (const std::string &o : q.outputs) {
@@ -484,14 +497,9 @@ Registry::Selection Registry::choose(const std::string &layer, DType dtype, cons
     AxisExtents ext{extents};
     for (const Choice &c : choices) {
         std::string no;
-        if (c.k->requirement.alignment) {
-            if (tensors) no = c.k->refuses(*tensors, ext);
-            else if (!aligned) no = "its outputs must be aligned (streaming stores)";
-            else {
-                const AxisId ax = c.k->spec->find_axis(c.k->requirement.axis);
-                if (ax >= 0 && extents.at((size_t)ax) % c.k->requirement.multiple) no = "axis '" + c.k->requirement.axis + "' is not a multiple of " +
-                                                                                          std::to_string(c.k->requirement.multiple);
-            }
+        if (c.k->requirement.any()) {
+            no = c.k->refuses(tensors ? *tensors : std::map<std::string, TensorView>{}, ext);  // no tensors: the shape alone
+            if (no.empty() && !tensors && !aligned && c.k->requirement.alignment) no = "its outputs must be aligned (streaming stores)";
         }
         if (!no.empty()) {
             if (skipped.empty()) skipped = "; " + c.k->function + " skipped: " + no;

@@ -23,8 +23,9 @@
 //         "tuned": [{"shape": {...}, "cpu": {...}, "sizes": {...}, "gbps": G, "frac": F, "limit": "copy_nt"}],
 //                                        // the shape classes tuning chose this kernel for (select_for)
 //         "tuned_only": true,            // a kernel built for those classes alone (absent: a default kernel)
-//         "requires": {"alignment": 32, "outputs": ["y"], "multiple_of": {"d": 8}},
-//                                        // streaming stores: what a call must give (run_kernel checks)
+//         "requires": {"alignment": 32, "outputs": ["y"], "multiple_of": {"d": 8}, "extent": {"cg": 10}},
+//                                        // what a call must give (run_kernel checks): streaming stores'
+//                                        // alignment, a fixed extent (each part optional)
 //         "header": "kernels/<function>.h",            // file paths are relative to the manifest's folder
 //         "args": [ { "name": "x", "role": "input" | "param" | "output", "dtype": "f32",
 //                     "dims": ["rows", "d"],         // declared axes, memory order, outermost first
@@ -108,13 +109,18 @@ public:
         std::string schedule_record;  // the schedule record, JSON (the manifest's "schedule")
         std::string library, header;
         std::string grad_of;          // a backward kernel (`normgen grad`): the forward layer; "" otherwise
-        // Streaming stores (the manifest's "requires"): the outputs' data aligned to `alignment` bytes
-        // and axis `axis` a multiple of `multiple`; alignment 0: the kernel takes any dense call.
+        // What a call must give this kernel (the manifest's "requires"): streaming stores need the
+        // outputs' data aligned to `alignment` bytes and axis `axis` a multiple of `multiple`; a
+        // kernel with a fixed extent (fixed_inner_extent) takes only `fixed_extent` along
+        // `fixed_axis`. Nothing set: any dense call.
         struct Requirement {
             int alignment = 0;
             std::vector<std::string> outputs;
             std::string axis;
             int64_t multiple = 1;
+            std::string fixed_axis;
+            int64_t fixed_extent = 0;
+            bool any() const { return alignment > 0 || fixed_extent > 0; }
         } requirement;
         // The shape classes a tuned kernel won (the manifest's "tuned", written from the tuning
         // database by the generators): each with the CPU it was measured on and what it reached.

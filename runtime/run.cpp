@@ -224,10 +224,11 @@ Prepared prepare(const Registry::Kernel &k, const std::map<std::string, TensorVi
                             ", got " + shape_text(got));
     }
 
-    // A kernel with streaming stores takes only the calls its requirement allows (Kernel::refuses).
+    // A kernel with streaming stores or a fixed extent takes only the calls its requirement allows
+    // (Kernel::refuses).
     if (std::string no = k.refuses(tensors, p.ext); !no.empty())
-        throw UserError(kname + " has streaming stores and cannot take this call: " + no +
-                        " (Registry::select_for gives such a call a kernel without that requirement)");
+        throw UserError(kname + " cannot take this call: " + no + (k.requirement.alignment ? " (it has streaming stores)" : "") +
+                        "; Registry::select_for gives such a call a kernel without that requirement");
 
     // Memory: no output may overlap an input or another output, except an `updates` output that is
     // exactly the buffer of the input it updates.

@@ -7,10 +7,12 @@
 #   2. verify every layer's kernels against the float64 reference, Halide (both targets) and MLIR
 #      (this host) (a spread of the shape sweep; the tests run all of it);
 #   3. the table of what each layer is;
-#   4. a short benchmark (about three minutes: bench/shape_grids.h short_grid() and
-#      short_backward_grid(), two backward cases) of the kernels beside
-#      oneDNN, PyTorch, a scalar baseline and the copy rooflines, and its report table
-#      (build/report-short/report.md; the full grid: scripts/bench.sh).
+#   4. a short benchmark (bench/shape_grids.h short_grid() and short_backward_grid(), two backward
+#      cases) of the kernels — the tuned one a program gets (generated/tuning/), the default
+#      schedule, the MLIR kernel and Halide's three autoschedulers (compiled first into
+#      build/autoschedule-short/, kept between runs) — beside oneDNN, PyTorch, a scalar baseline
+#      and the layer's limit, and its report table (build/report-short/report.md; the full grid:
+#      scripts/bench.sh). About six minutes the first time, four after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh
@@ -37,7 +39,13 @@ echo "== 3b. normgen describe dsl/catalog/*.norm --invariants (the seeds' invari
 build/bin/normgen describe dsl/catalog/*.norm --invariants
 echo
 echo "== 4. short benchmark: build/bin/normgen_bench --normgen_grid=short, then normgen report (the full grid: scripts/bench.sh)"
-build/bin/normgen_bench --normgen_grid=short --benchmark_out=build/bench_short.json --benchmark_out_format=json \
+echo "-- normgen autoschedule (Halide's autoschedulers on the short grid's shapes, build/autoschedule-short/)"
+build/bin/normgen autoschedule dsl/catalog/{layer_norm,rms_norm,dyt,batch_norm_train,group_norm_nchw}.norm --shapes short \
+    -o build/autoschedule-short > build/autoschedule_short.txt 2>&1 || { tail -5 build/autoschedule_short.txt; exit 1; }
+build/bin/normgen autoschedule dsl/catalog/{layer_norm,rms_norm}.norm --grad --shapes short \
+    -o build/autoschedule-short >> build/autoschedule_short.txt 2>&1 || { tail -5 build/autoschedule_short.txt; exit 1; }
+build/bin/normgen_bench --normgen_grid=short --normgen_extra=build/autoschedule-short \
+  --benchmark_out=build/bench_short.json --benchmark_out_format=json \
   ${NORMGEN_RUN_BENCH_FILTER:+--benchmark_filter="$NORMGEN_RUN_BENCH_FILTER"} > build/bench_short.txt 2>&1 || {
   tail -20 build/bench_short.txt; echo "normgen_bench failed (the whole log: build/bench_short.txt)"; exit 1; }
 grep -E "FAILED" build/bench_short.txt || true

@@ -58,6 +58,8 @@ json manifest_entry(const NormSpec &spec, const KernelPlan &plan, const KernelEn
         const StreamingRequirement st = streaming_requirement(spec, plan, *info.schedule);
         if (st.alignment)
             e["requires"] = {{"alignment", st.alignment}, {"outputs", st.outputs}, {"multiple_of", {{st.inner_axis, st.multiple}}}};
+        const int64_t fixed = info.schedule->kind() == ScheduleKind::HalideCpu ? info.schedule->get("fixed_inner_extent") : 0;
+        if (fixed > 0 && !plan.main_order.empty()) e["requires"]["extent"] = {{spec.axes[plan.main_order.back()].name, fixed}};
     }
     if (info.tuned.is_array() && !info.tuned.empty()) e["tuned"] = info.tuned;
     // A kernel built for tuned shape classes only: select_for may pick it, select() never does.

@@ -45,8 +45,15 @@ const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k) {
         {"streaming_stores", 0, 0, 1, true, false,
          "non-temporal stores of the main output (and outputs of its shape): the kernel then needs them aligned to its vector and "
          "their innermost extent a multiple of vector_width; other calls take the ordinary kernel (needs normgen-mlir, LLVM 22)"},
-        {"fuse_reduced_pair", 0, 0, 1, true, false,
-         "sum a reduction's two innermost reduced axes as one contiguous loop when they are dense (BatchNorm's and GroupNorm's h, w)"},
+        {"fuse_reduced_axes", 0, 0, 1, true, false,
+         "sum a reduction's innermost reduced axes that are neighbours in memory as one contiguous loop (BatchNorm's h, w; GroupNorm "
+         "NCHW's cg, h, w)"},
+        {"multi_axis_accumulators", 0, 0, 1, true, false,
+         "row_accumulators vectors of lanes also for a row's reductions over several axes (the innermost axis must then fill "
+         "row_accumulators x vector_width lanes: GroupNorm's 128 x 128 planes, not its 8 x 8 ones)"},
+        {"fixed_inner_extent", 0, 0, int64_t(1) << 24, false, false,
+         "a kernel only for calls whose innermost axis has exactly this extent (0: any), folded into the code as a constant "
+         "(GroupNorm NHWC's 10 channels a group, BERT's 768); other calls take another kernel"},
         {"group_vectors", 0, 0, 1, true, false,
          "channels-last statistics per group (GroupNorm NHWC): vectors along all channels (g, cg) instead of masked vectors per group"},
     };
@@ -199,8 +206,14 @@ StreamingRequirement streaming_requirement(const NormSpec &spec, const KernelPla
     return r;
 }
 
-std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &defaults, int inner_multiple) {
+std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &defaults, int64_t inner_extent) {
     std::vector<KnobChoice> space;
+    int inner_multiple = 1;
+    for (int m : {16, 8, 4, 2})
+        if (inner_extent % m == 0) {
+            inner_multiple = m;
+            break;
+        }
     auto add = [&](const std::string &knob, std::vector<int64_t> values) {
         const int64_t d = defaults.get(knob);
         if (std::find(values.begin(), values.end(), d) == values.end()) values.insert(values.begin(), d);
@@ -223,8 +236,12 @@ std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &p
                                                 std::count(r->over.begin(), r->over.end(), order[order.size() - 2]));
     const int64_t vw = defaults.get("vector_width");
     // Structure first (what changes the loop nest), then widths and grains.
+    // Streaming stores need rows that are a multiple of the vector.
     if (inner_multiple >= 8 && !plan.main_order.empty()) add("streaming_stores", {0, 1});
-    if (pair_reduced) add("fuse_reduced_pair", {0, 1});
+    if (pair_reduced) add("fuse_reduced_axes", {0, 1});
+    if (pair_reduced && plan.layout == LayoutClass::Row) add("multi_axis_accumulators", {0, 1});
+    // A short innermost axis as a constant (its loops, masks and the indices through it fold).
+    if (inner_extent > 1 && inner_extent <= 1024) add("fixed_inner_extent", {0, inner_extent});
     if (plan.inner_pair_grouped) add("group_vectors", {0, 1});
     if (plan.layout == LayoutClass::Row) add("row_in_cache", {1, 0});
     add("vector_width", {vw, 2 * vw});

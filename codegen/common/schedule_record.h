@@ -74,13 +74,13 @@ StreamingRequirement streaming_requirement(const NormSpec &spec, const KernelPla
 
 // The schedule space a tuner searches for one plan (`normgen tune`): the knobs that change the
 // kernel of this plan, each with the values worth trying, most promising knob first; the record's
-// default is among each knob's values. `inner_multiple`: the largest of 16, 8, 4, 2, 1 that
-// divides the innermost extent of the shapes tuned (streaming stores need a multiple of the vector).
+// default is among each knob's values. `inner_extent`: the innermost extent of the shape tuned
+// (streaming stores need a multiple of the vector; a short one may be fixed as a constant).
 struct KnobChoice {
     std::string knob;
     std::vector<int64_t> values;
 };
-std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &defaults, int inner_multiple);
+std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &defaults, int64_t inner_extent);
 
 // Overrides from the command line: `spec` is a path to a JSON file (a record or an object of knobs)
 // when such a file exists or it ends in ".json", else "knob=value,knob=value". Knobs the record's

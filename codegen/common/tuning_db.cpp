@@ -72,12 +72,13 @@ TuningRecord TuningRecord::from_json(const json &j) {
 
 std::string TuningRecord::key() const { return identity.layer + "|" + dtype + "|" + variant + "|" + shape.key() + "|" + cpu.key(); }
 
-std::string TuningDb::records_path() const { return (fs::path(dir_) / "records.jsonl").string(); }
+std::string TuningDb::records_path(const std::string &layer) const { return (fs::path(dir_) / "records" / (layer + ".jsonl")).string(); }
 std::string TuningDb::best_path(const std::string &layer) const { return (fs::path(dir_) / "best" / (layer + ".json")).string(); }
 
-std::vector<TuningRecord> TuningDb::records(std::vector<std::string> *notes) const {
+std::vector<TuningRecord> TuningDb::records(const std::string &layer, std::vector<std::string> *notes) const {
     std::vector<TuningRecord> out;
-    std::ifstream in(records_path());
+    const std::string path = records_path(layer);
+    std::ifstream in(path);
     if (!in) return out;
     std::string line;
     for (int n = 1; std::getline(in, line); ++n) {
@@ -85,31 +86,37 @@ std::vector<TuningRecord> TuningDb::records(std::vector<std::string> *notes) con
         json j = json::parse(line, nullptr, false);
         try {
             if (j.is_discarded()) throw UserError("not JSON");
-            out.push_back(TuningRecord::from_json(j));
+            TuningRecord r = TuningRecord::from_json(j);
+            if (r.identity.layer != layer) throw UserError("a record of layer '" + r.identity.layer + "'");
+            out.push_back(std::move(r));
         } catch (const UserError &e) {
-            if (notes) notes->push_back(records_path() + ":" + std::to_string(n) + ": skipped: " + e.what());
+            if (notes) notes->push_back(path + ":" + std::to_string(n) + ": skipped: " + e.what());
         }
     }
     return out;
 }
 
 void TuningDb::append(const std::vector<TuningRecord> &records) const {
-    if (records.empty()) return;
-    fs::create_directories(dir_);
-    std::ofstream out(records_path(), std::ios::app | std::ios::binary);
-    for (const TuningRecord &r : records) out << r.to_json().dump() << "\n";
-    out.flush();
-    if (!out) throw UserError(records_path() + ": cannot append the tuning records");
+    std::map<std::string, std::string> lines;  // layer -> its new lines
+    for (const TuningRecord &r : records) lines[r.identity.layer] += r.to_json().dump() + "\n";
+    for (const auto &[layer, text] : lines) {
+        const std::string path = records_path(layer);
+        fs::create_directories(fs::path(path).parent_path());
+        std::ofstream out(path, std::ios::app | std::ios::binary);
+        out << text;
+        out.flush();
+        if (!out) throw UserError(path + ": cannot append the tuning records");
+    }
 }
 
-void TuningDb::compact(const std::map<std::string, KernelIdentity> &layers) const {
-    std::vector<TuningRecord> all = records();
+std::map<std::string, size_t> TuningDb::compact(const std::map<std::string, KernelIdentity> &layers) const {
+    std::map<std::string, size_t> written;
     for (const auto &[layer, identity] : layers) {
         // Per key, the chosen record of the latest run (a newer run of the same key replaces an older
         // one: retuning is how a user changes their mind); ties in time go to the larger fraction.
         std::map<std::string, TuningRecord> best;
-        for (const TuningRecord &r : all) {
-            if (r.identity.layer != layer || !r.chosen || r.role == "autoscheduler" || !identity.mismatch(r.identity).empty()) continue;
+        for (const TuningRecord &r : records(layer)) {
+            if (!r.chosen || r.role == "autoscheduler" || !identity.mismatch(r.identity).empty()) continue;
             auto it = best.find(r.key());
             if (it == best.end() || r.when > it->second.when || (r.when == it->second.when && r.result.frac > it->second.result.frac))
                 best[r.key()] = r;
@@ -119,7 +126,9 @@ void TuningDb::compact(const std::map<std::string, KernelIdentity> &layers) cons
         fs::create_directories(fs::path(best_path(layer)).parent_path());
         json doc = {{"schema", kTuningSchema}, {"layer", layer}, {"identity", identity.to_json()}, {"entries", entries}};
         write_file_atomically(best_path(layer), doc.dump(1) + "\n");
+        written[layer] = best.size();
     }
+    return written;
 }
 
 std::vector<TuningRecord> TuningDb::best(const std::string &layer, const KernelIdentity &current, std::vector<std::string> *notes) const {
@@ -167,6 +176,18 @@ std::vector<TunedSchedule> tuned_schedules(const std::vector<TuningRecord> &best
     }
     std::sort(out.begin(), out.end(), [](const TunedSchedule &a, const TunedSchedule &b) { return a.schedule.dump() < b.schedule.dump(); });
     return out;
+}
+
+std::vector<std::pair<ScheduleRecord, json>> kernel_schedules(const ScheduleRecord &defaults, const std::vector<TuningRecord> &best,
+                                                              const std::string &dtype, const std::string &variant, const std::string &backend,
+                                                              const std::string &isa, const std::string &what) {
+    std::vector<std::pair<ScheduleRecord, json>> kernels{{defaults, json()}};
+    for (const TunedSchedule &ts : tuned_schedules(best, dtype, variant, backend, isa)) {
+        ScheduleRecord tuned = ScheduleRecord::from_json(ts.schedule, defaults.kind(), what);
+        if (tuned == defaults) kernels[0].second = tuned_manifest_field(ts);
+        else kernels.push_back({tuned, tuned_manifest_field(ts)});
+    }
+    return kernels;
 }
 
 json tuned_manifest_field(const TunedSchedule &t) {

@@ -1,8 +1,9 @@
 // The tuning database (generated/tuning/ for the catalog; any folder for a user's project):
 //
-//   records.jsonl      append-only, one JSON object per line, one line per measurement `normgen tune`
-//                      made (every candidate that passed verification, each default, each
-//                      autoscheduler baseline)
+//   records/<layer>.jsonl  append-only, one JSON object per line, one line per measurement `normgen
+//                      tune` made of that layer (every candidate that passed verification, each
+//                      default, each autoscheduler baseline); one file per layer, so a layer's
+//                      history is read and compacted alone
 //   best/<layer>.json  the compacted index: per key (kernel identity, storage type, variant, shape
 //                      class, CPU fingerprint) the schedule the latest tuning run chose, with its
 //                      measurement; what the generators read to build one kernel per winner
@@ -21,6 +22,7 @@
 // version) is stale: readers skip it and say so once per layer.
 #pragma once
 
+#include "codegen/common/schedule_record.h"
 #include "codegen/common/tuning_keys.h"
 
 #include <nlohmann/json.hpp>
@@ -74,17 +76,18 @@ class TuningDb {
 public:
     explicit TuningDb(std::string dir) : dir_(std::move(dir)) {}
     const std::string &dir() const { return dir_; }
-    std::string records_path() const;
+    std::string records_path(const std::string &layer) const;
     std::string best_path(const std::string &layer) const;
 
-    // Every record of records.jsonl (an absent file is an empty database). A line that is not a
-    // record is skipped with a note naming its line number.
-    std::vector<TuningRecord> records(std::vector<std::string> *notes = nullptr) const;
-    // Appends records (one line each), creating the folder and the file.
+    // Every record of records/<layer>.jsonl (an absent file: none). A line that is not a record is
+    // skipped with a note naming the file and line.
+    std::vector<TuningRecord> records(const std::string &layer, std::vector<std::string> *notes = nullptr) const;
+    // Appends records (one line each) to their layers' files, creating the folders and files.
     void append(const std::vector<TuningRecord> &records) const;
-    // Rewrites best/<layer>.json of every layer in `layers` from records.jsonl: per key, the chosen
+    // Rewrites best/<layer>.json of every layer in `layers` from its records: per key, the chosen
     // record of the latest run; records of another identity than layers[layer] are left out.
-    void compact(const std::map<std::string, KernelIdentity> &layers) const;
+    // Returns the number of entries written per layer.
+    std::map<std::string, size_t> compact(const std::map<std::string, KernelIdentity> &layers) const;
     // The entries of best/<layer>.json (none when absent), each checked against `current`: stale
     // ones are dropped with a note.
     std::vector<TuningRecord> best(const std::string &layer, const KernelIdentity &current, std::vector<std::string> *notes = nullptr) const;
@@ -97,6 +100,15 @@ private:
 // grouped by schedule (equal knobs = one kernel), in a stable order.
 std::vector<TunedSchedule> tuned_schedules(const std::vector<TuningRecord> &best, const std::string &dtype, const std::string &variant,
                                            const std::string &backend, const std::string &isa);
+
+// The schedules a generator builds for one (storage type, variant, backend, ISA): the default record
+// first, then each distinct schedule tuning chose (one equal to the default marks the default
+// instead), each with its manifest "tuned" field (null for a default nobody chose). `kind` parses
+// the chosen records; `what` names the database in errors.
+std::vector<std::pair<ScheduleRecord, nlohmann::json>> kernel_schedules(const ScheduleRecord &defaults, const std::vector<TuningRecord> &best,
+                                                                        const std::string &dtype, const std::string &variant,
+                                                                        const std::string &backend, const std::string &isa,
+                                                                        const std::string &what);
 
 // The "tuned" list of a manifest entry: the classes a kernel won ({"shape": ..., "cpu": ...,
 // "sizes": ..., "frac": ...}), read by the registry's dispatch (runtime/registry.h).

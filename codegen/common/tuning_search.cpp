@@ -25,9 +25,17 @@ std::vector<SearchCandidate> CoordinateSearch::next() {
             knob_ = 0;
             continue;
         }
+        // The budget goes to the backends in the race: one more than 25% slower than the fastest
+        // best is searched only once the others have no knob left at this step.
+        double fastest = 0;
+        for (const auto &[b, st] : state_)
+            if (st.best_time && st.best_time->median > 0 && (fastest == 0 || st.best_time->median < fastest)) fastest = st.best_time->median;
+        auto in_race = [&](const State &st) { return fastest == 0 || !st.best_time || st.best_time->median <= 1.25 * fastest; };
+        bool racing_left = false;
+        for (const auto &[b, st] : state_) racing_left = racing_left || (in_race(st) && knob_ < st.space.size());
         for (const std::string &b : order_) {
             State &s = state_.at(b);
-            if (knob_ >= s.space.size()) continue;
+            if (knob_ >= s.space.size() || (racing_left && !in_race(s))) continue;
             const KnobChoice &k = s.space[knob_];
             for (int64_t v : k.values) {
                 if (s.best.get(k.knob) == v) continue;

@@ -2,8 +2,10 @@
 // coordinate descent over each backend's schedule space, from its default record.
 //
 //   next()    the next batch: for one knob per backend (in the space's order), every value of that
-//             knob not yet tried, set on that backend's best record so far; empty when the space is
-//             exhausted (two passes, or one that moved nothing)
+//             knob not yet tried, set on that backend's best record so far; a backend whose best is
+//             more than 25% slower than the fastest backend's sits out while another has a knob at
+//             that step (the budget goes to the race); empty when the space is exhausted (two
+//             passes, or one that moved nothing)
 //   report()  the batch's timings: each backend's best re-measured in the same batch, and the
 //             candidates that passed verification (a rejected candidate has no timing and can never
 //             become a best). A candidate replaces its backend's best when its median is below the

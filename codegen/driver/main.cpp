@@ -141,7 +141,7 @@ commands:
                         schedule records) for its shape classes on this machine: every
                         candidate verified against the float64 reference, then timed
                         interleaved with the defaults and the copy rooflines; the choices go
-                        to the tuning database DIR (records.jsonl, best/<layer>.json), which
+                        to the tuning database DIR (records/, best/<layer>.json), which
                         `compile --tuning DIR` builds into kernels that Registry::select_for
                         picks by shape. (normgen tune --help)
   autoschedule FILE.norm... -o DIR [--shapes grid|SIZES;...] [--dtype ...] [--grad]

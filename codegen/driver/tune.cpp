@@ -50,7 +50,7 @@ const char *kTuneUsage = R"(normgen tune - search the schedules of a declaration
 
 usage: normgen tune FILE.norm... [--backend halide,mlir] [--dtype f32,bf16,f16|all]
                     [--shapes grid|SIZES[;SIZES...]] [--budget SECONDS] [--db DIR] [--grad]
-                    [--cache DIR] [--rounds N] [--no-autoschedulers] [--dry-run]
+                    [--cache DIR] [--rounds N] [--no-autoschedulers] [--dry-run] [--reindex]
 
   For each declaration, storage type and shape class (the storage type, each axis of the main
   output bucketed to a power of two (exactly up to 8), the innermost extent's alignment class and
@@ -66,18 +66,22 @@ usage: normgen tune FILE.norm... [--backend halide,mlir] [--dtype f32,bf16,f16|a
 
   --backend LIST     halide, mlir or both (default both; mlir needs normgen-mlir beside normgen)
   --dtype LIST       storage types (default f32)
-  --shapes S         grid: the benchmark grid's shapes of the layer (bench/shape_grids.h); or
+  --shapes S         grid: the benchmark grid's shapes of the layer (bench/shape_grids.h; short:
+                     the README run command's short grid); or
                      sizes by axis, `rows=4096,d=4096`, or the first input's declared shape,
                      `4096x4096` (several separated by ';'). Shapes of one class are tuned once.
   --budget SECONDS   per (layer, storage type, shape class), compiling included (default 60)
-  --db DIR           the tuning database (default ./tuning): DIR/records.jsonl gets one line per
-                     measurement, DIR/best/<layer>.json the chosen schedule per key
-                     (normgen compile --tuning DIR and normgen_add_kernels(... TUNING DIR) build them)
+  --db DIR           the tuning database (default ./tuning): DIR/records/<layer>.jsonl gets one
+                     line per measurement, DIR/best/<layer>.json the chosen schedule per key,
+                     rewritten after every shape class (normgen compile --tuning DIR and
+                     normgen_add_kernels(... TUNING DIR) build them)
   --grad             tune the backward layer (`normgen grad FILE`) instead
   --cache DIR        keep the compiled candidates there (default: a temporary folder)
   --rounds N         rounds of timing per batch (default 7; the last batch twice as many)
   --no-autoschedulers  skip the Adams2019 / Li2018 / Mullapudi2016 baselines
   --dry-run          print the shape classes and the schedule space; compile and time nothing
+  --reindex          rewrite the files' best/<layer>.json from their records (the choices of the
+                     latest run per key, stale records left out); compile and time nothing
 
 examples:
   normgen tune dsl/catalog/rms_norm.norm --shapes 'rows=16384,d=8192' --budget 30
@@ -86,7 +90,7 @@ examples:
 
 const char *kAutoscheduleUsage = R"(normgen autoschedule - Halide's autoschedulers on a declaration's kernels, as benchmark baselines.
 
-usage: normgen autoschedule FILE.norm... -o DIR [--shapes grid|SIZES[;SIZES...]] [--dtype LIST] [--grad]
+usage: normgen autoschedule FILE.norm... -o DIR [--shapes grid|short|SIZES[;SIZES...]] [--dtype LIST] [--grad]
 
   For every shape (default: the benchmark grid's shapes of the layer) and storage type, the same
   lowered algorithm normgen schedules itself, scheduled instead by Adams2019, Li2018 and
@@ -125,6 +129,7 @@ TuneOptions parse_tune_args(const std::vector<std::string> &args) {
         else if (a == "--rounds") o.rounds = std::max(1, (int)number(value()));
         else if (a == "--no-autoschedulers") o.autoschedulers = false;
         else if (a == "--dry-run") o.dry_run = true;
+        else if (a == "--reindex") o.reindex = true;
         else if (a == "-o" || a == "--out") o.autoschedule_out = value();
         else if (!a.empty() && a[0] == '-') throw Usage("tune: unknown option '" + a + "'");
         else o.files.push_back(a);
@@ -283,6 +288,7 @@ public:
         sa.sa_flags = 0;
         struct sigaction old {};
         sigaction(SIGINT, &sa, &old);
+        if (o_.reindex) return reindex();
         int status = 0;
         try {
             for (const std::string &f : o_.files) {
@@ -297,7 +303,7 @@ public:
         finish();
         sigaction(SIGINT, &old, nullptr);
         if (g_interrupts) {
-            progress_.line("normgen tune: interrupted; what was measured is in " + db_.records_path());
+            progress_.line("normgen tune: interrupted; what was measured is in " + (fs::path(o_.db) / "records").string() + "/");
             status = 130;
         }
         return status;
@@ -320,12 +326,33 @@ private:
 
     void finish() {
         if (!tuned_layers_.empty()) {
-            db_.compact(tuned_layers_);
             std::string layers;
             for (const auto &[l, id] : tuned_layers_) layers += (layers.empty() ? "" : ", ") + l;
             progress_.line("normgen tune: " + std::to_string(classes_done_) + " shape class(es) tuned; index rewritten for " + layers + " (" +
                            (fs::path(o_.db) / "best").string() + "/)");
         }
+    }
+
+    // --reindex: each file's layer (its backward under --grad) compacted from its records.
+    int reindex() {
+        std::map<std::string, KernelIdentity> layers;
+        for (const std::string &f : o_.files) {
+            const NormSpec forward = load_norm_file(f);
+            const NormSpec spec = o_.grad ? differentiate(forward).spec : forward;
+            layers[spec.name] = kernel_identity(spec);
+        }
+        for (const auto &[layer, n] : db_.compact(layers)) {
+            std::vector<std::string> notes;
+            const std::vector<TuningRecord> all = db_.records(layer, &notes);
+            std::map<std::string, int> stale;  // why -> records
+            for (const TuningRecord &r : all)
+                if (std::string why = layers.at(layer).mismatch(r.identity); !why.empty()) ++stale[why];
+            for (const auto &[why, count] : stale) notes.push_back(std::to_string(count) + " stale record(s) left out: " + why);
+            for (const std::string &note : notes) progress_.line("  note: " + note);
+            progress_.line("normgen tune: " + db_.best_path(layer) + ": " + std::to_string(n) + " choice(s) from " + std::to_string(all.size()) +
+                           " record(s)");
+        }
+        return 0;
     }
 
     // ---- shapes -------------------------------------------------------------------------------------
@@ -334,8 +361,9 @@ private:
     // (all of the layer's when the grid has none in that type), or --shapes.
     std::vector<std::map<std::string, int64_t>> shapes_of(const NormSpec &forward, bool grad, DType dtype) const {
         std::vector<std::map<std::string, int64_t>> out;
-        if (o_.shapes == "grid") {
-            const std::vector<bench::GridCase> grid = grad ? bench::backward_grid() : bench::model_grid();
+        if (o_.shapes == "grid" || o_.shapes == "short") {
+            const std::vector<bench::GridCase> grid = o_.shapes == "short" ? (grad ? bench::short_backward_grid() : bench::short_grid())
+                                                                           : (grad ? bench::backward_grid() : bench::model_grid());
             for (const bench::GridCase &g : grid)
                 if (g.layer == forward.name && g.dtype == dtype && std::find(out.begin(), out.end(), g.sizes) == out.end()) out.push_back(g.sizes);
             if (out.empty())
@@ -379,7 +407,7 @@ private:
     void tune_file(const std::string &file) {
         const NormSpec forward = load_norm_file(file);
         const NormSpec spec = o_.grad ? differentiate(forward).spec : forward;
-        if (o_.shapes != "grid") shapes_of(forward, o_.grad, DType::F32);  // a malformed --shapes is refused before anything runs
+        if (o_.shapes != "grid" && o_.shapes != "short") shapes_of(forward, o_.grad, DType::F32);  // a malformed --shapes is refused before anything runs
         for (DType dtype : o_.dtypes) {
             const std::vector<std::map<std::string, int64_t>> shapes = shapes_of(forward, o_.grad, dtype);
             const std::vector<DType> allowed = spec.storage_of(spec.tensors.empty() ? spec.outputs.at(0).name : spec.tensors[0].name);
@@ -566,9 +594,9 @@ private:
         std::vector<Candidate> all;  // everything measured in this class, by index
         std::map<std::string, size_t> best;      // backend -> index into all
         std::map<std::string, size_t> defaults;  // backend -> index into all
-        std::vector<TuningRecord> records;
         double t0 = 0;
-        double final_guess = 0;  // seconds the last batch will take (twice the defaults' batch)
+        double final_guess = 0;   // seconds the last batch will take
+        double item_round_s = 0;  // seconds one item of one round took in the defaults' batch
         BatchResult last;
         int rejected = 0;
         bool case_made = false;
@@ -707,7 +735,7 @@ private:
                 continue;
             }
             backends.push_back(b);
-            space[b] = schedule_space(*j.spec, j.plan, b == "halide" ? hdef : mdef, j.shape.inner_multiple);
+            space[b] = schedule_space(*j.spec, j.plan, b == "halide" ? hdef : mdef, j.extents.at((size_t)j.plan.main_order.back()));
         }
         if (o_.dry_run) {
             progress_.line("  " + head + ": shape " + sizes_text(*j.spec, j.extents) + ", limit: " + j.limit.why);
@@ -748,10 +776,15 @@ private:
         }
         std::vector<size_t> base;
         for (const auto &[b, i] : s.defaults) base.push_back(i);
+        // DRAM-sized classes: a call takes tens of milliseconds, each sample is one call; fewer
+        // rounds per search batch leave the budget for more candidates (the last batch has twice --rounds).
+        const int search_rounds = j.shape.footprint == "dram" ? std::max(3, o_.rounds - 2) : o_.rounds;
         const double m0 = now_s();
-        s.last = measure(s, base, o_.rounds, "defaults");
-        // The last batch: twice the rounds, the bests and (compiled first) three autoschedulers beside the defaults.
-        s.final_guess = 2.5 * (now_s() - m0) + (o_.autoschedulers ? 6.0 : 0.0);
+        s.last = measure(s, base, search_rounds, "defaults");
+        // Seconds per item of a round (the limits counted as items too), for the last batch's size:
+        // twice the rounds, the bests and (compiled first) three autoschedulers beside the defaults.
+        s.item_round_s = (now_s() - m0) / search_rounds / (double)(base.size() + (j.limit.reads_twice ? 3 : 2));
+        s.final_guess = s.item_round_s * 2 * o_.rounds * (2 * base.size() + 3 + 3) + (o_.autoschedulers ? 6.0 : 0.0);
         keep_records(s, base, s.last, "default");
         std::map<std::string, Timing> best_t;
         for (const auto &[b, i] : s.best) best_t[b] = s.last.t[s.all[i].id];
@@ -787,7 +820,7 @@ private:
             std::vector<std::optional<SearchTiming>> timings(proposed.size());
             std::map<std::string, SearchTiming> bests;
             if (batch.size() > fixed) {
-                s.last = measure(s, batch, o_.rounds, "timing " + std::to_string(batch.size() - fixed) + " candidate(s)");
+                s.last = measure(s, batch, search_rounds, "timing " + std::to_string(batch.size() - fixed) + " candidate(s)");
                 keep_records(s, std::vector<size_t>(batch.begin() + (long)fixed, batch.end()), s.last, "candidate");
                 auto timing = [&](size_t i) -> std::optional<SearchTiming> {
                     const Timing &t = s.last.t[s.all[i].id];
@@ -821,7 +854,10 @@ private:
                 s.all.push_back(c);
                 last.push_back(s.all.size() - 1);
             }
-        BatchResult fin = g_interrupts ? s.last : measure(s, last, 2 * o_.rounds, "final timing");
+        // Twice the rounds of a batch, fewer when that would take the class past its budget (at least 3).
+        const double items = (double)last.size() + (j.limit.reads_twice ? 3 : 2);
+        const int final_rounds = std::clamp((int)((o_.budget_s - (now_s() - s.t0)) / std::max(1e-3, s.item_round_s * items)), 3, 2 * o_.rounds);
+        BatchResult fin = g_interrupts ? s.last : measure(s, last, final_rounds, "final timing");
         size_t winner = last[0];
         for (size_t n = 0; n < finalists; ++n) {
             const Timing &t = fin.t[s.all[last[n]].id];
@@ -839,7 +875,9 @@ private:
             recs.push_back(r);
         }
         db_.append(recs);
+        // The index follows every class, so a run that is killed keeps the choices it made.
         tuned_layers_[j.spec->name] = kernel_identity(*j.spec);
+        db_.compact({{j.spec->name, tuned_layers_[j.spec->name]}});
         ++classes_done_;
 
         // The summary line: the choice against the default, the autoschedulers and the limit.

@@ -33,6 +33,7 @@ struct TuneOptions {
     int rounds = 7;               // rounds of a batch (the last batch: twice as many)
     double min_sample_s = 0.02;   // each sample: back-to-back calls for at least this long
     bool dry_run = false;         // print the classes and the space, compile and time nothing
+    bool reindex = false;         // rewrite best/<layer>.json from the records, measure nothing
     // `normgen autoschedule ... -o DIR`: build Halide's autoschedulers' kernels for every shape (not
     // class) as kernel libraries in DIR, for normgen_bench --normgen_extra=DIR; time nothing.
     std::string autoschedule_out;

@@ -60,9 +60,21 @@ void JitKernel::build(const NormSpec &spec, DType dtype, const Target &target, V
     KernelPlan plan = make_plan(impl_->spec, dtype, variant);
     impl_->types = plan.types;
     impl_->record = choose_schedule(plan, ScheduleKind::HalideCpu, isa_of(target), schedule_overrides);
-    impl_->lowered = lower_to_halide(impl_->spec, plan, impl_->record);
+    // Streaming stores are an ahead-of-time step (LLVM 22 on Halide's bitcode, aot.h): the JIT runs
+    // the rest of the record with ordinary stores, and without their alignment requirement, so
+    // `verify` checks every shape of its sweep.
+    // So is a fixed innermost extent (a kernel for one width, which the registry hands only that
+    // width): the JIT keeps the extent dynamic.
+    ScheduleRecord lowered_record = impl_->record;
+    const bool streaming = lowered_record.flag("streaming_stores");
+    const int64_t fixed = lowered_record.get("fixed_inner_extent");
+    if (streaming) lowered_record.set("streaming_stores", 0);
+    if (fixed) lowered_record.set("fixed_inner_extent", 0);
+    impl_->lowered = lower_to_halide(impl_->spec, plan, lowered_record);
     impl_->target = target;
-    impl_->schedule = schedule_cpu(impl_->lowered, impl_->spec, plan, impl_->record);
+    impl_->schedule = schedule_cpu(impl_->lowered, impl_->spec, plan, lowered_record);
+    if (streaming) impl_->schedule += "; streaming stores: ahead of time only (normgen compile), ordinary stores here";
+    if (fixed) impl_->schedule += "; fixed_inner_extent: ahead of time only, the extent stays dynamic here";
     impl_->pipeline = impl_->lowered.pipeline();
     impl_->pipeline.compile_jit(target);
 }

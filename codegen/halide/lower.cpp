@@ -50,7 +50,8 @@ class Lowerer {
 public:
     Lowerer(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule)
         : spec_(spec), types_(plan.types), plan_(plan), welford_lanes_((int)schedule.get("welford_lanes")),
-          welford_block_((int)schedule.get("welford_block")), streaming_(streaming_requirement(spec, plan, schedule)) {
+          welford_block_((int)schedule.get("welford_block")), streaming_(streaming_requirement(spec, plan, schedule)),
+          fixed_inner_(schedule.get("fixed_inner_extent")) {
         p_.acc = spec.accumulate == DType::F64 ? Float(64) : Float(32);
     }
 
@@ -93,6 +94,7 @@ private:
     // reorder the merges, not the algorithm).
     const int welford_lanes_, welford_block_;
     const StreamingRequirement streaming_;  // the outputs declared aligned for streaming stores
+    const int64_t fixed_inner_;             // the innermost axis's extent as a constant (0: dynamic)
     LoweredPipeline p_;
     std::unordered_map<const Node *, Func> reduce_funcs_;
 
@@ -109,6 +111,10 @@ private:
         p_.vars.resize(spec_.axes.size());
         p_.extent.resize(spec_.axes.size());
         for (size_t a = 0; a < spec_.axes.size(); ++a) p_.vars[a] = Var(spec_.axes[a].name);
+        // A fixed innermost extent (the record's fixed_inner_extent): a constant in every index and
+        // bound, asserted on every buffer that has the axis (the registry never hands such a
+        // kernel another extent).
+        if (fixed_inner_ > 0 && !plan_.main_order.empty()) p_.extent[plan_.main_order.back()] = Expr((int)fixed_inner_);
         for (const TensorInfo &t : spec_.tensors) {
             std::vector<AxisId> atoms = spec_.memory_atoms(t.dims);
             ImageParam in(halide_type(types_.storage.at(t.name)), (int)atoms.size(), t.name);

@@ -101,12 +101,17 @@ Func blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, int block_vect
     return sweep;
 }
 
-// Whether an update's two innermost reduced axes are `inner` and the axis just outside it in memory
-// (`pair`), to be summed as one loop (the schedule's fuse_reduced_pair). The kernel ABI's tensors
-// are dense, so the pair is one contiguous range in every tensor the sum reads.
-bool fuses_reduced_pair(const ReductionFuncs::Update &u, const CpuSchedule &s, AxisId inner, AxisId pair) {
-    return s.fuse_reduced_pair && u.associative && pair >= 0 && u.rdom.dimensions() >= 2 && u.rdom_axes.size() >= 2 &&
-           u.rdom_axes[0] == inner && u.rdom_axes[1] == pair;
+// How many of an update's innermost reduced axes to sum as one loop (the schedule's
+// fuse_reduced_axes): the longest run of its RDom's leading dimensions that are the innermost axes
+// of the memory order `order`, innermost first (BatchNorm's w, h of [n, c, h, w]; all of GroupNorm
+// NCHW's w, h, cg). The kernel ABI's tensors are dense, so the run is one contiguous range in every
+// tensor laid out like the output; 0 when fewer than two axes qualify.
+int fused_reduced_axes(const ReductionFuncs::Update &u, const CpuSchedule &s, const std::vector<AxisId> &order) {
+    if (!s.fuse_reduced_axes || !u.associative) return 0;
+    int k = 0;
+    while (k < u.rdom.dimensions() && k < (int)u.rdom_axes.size() && k < (int)order.size() && u.rdom_axes[(size_t)k] == order[order.size() - 1 - (size_t)k])
+        ++k;
+    return k >= 2 ? k : 0;
 }
 
 // Vectorizes one reduction update along the contiguous axis `inner`.
@@ -118,7 +123,7 @@ bool fuses_reduced_pair(const ReductionFuncs::Update &u, const CpuSchedule &s, A
 // Returns the sweep Func of a blocked sum over the innermost axis (blocked_rfactor), else an
 // undefined Func.
 Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const LoweredPipeline &p, AxisId inner, int vw,
-                      const CpuSchedule &s, const LoopLevel &at, AxisId next_outer = -1, AxisId pair = -1) {
+                      const CpuSchedule &s, const LoopLevel &at, AxisId next_outer = -1, const std::vector<AxisId> &order = {}) {
     Func f = u.func;
     // The innermost reduced axis is contiguous, the axis just outside it in memory is one the
     // statistic keeps (GroupNorm NHWC: reduce (cg, h, w) of [n, h, w, (g, cg)] per (n, g)), and
@@ -181,18 +186,25 @@ Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
     if (!u.rdom_axes.empty() && u.rdom_axes[0] == inner) {
         std::vector<RVar> rv;
         for (int k = 0; k < u.rdom.dimensions(); ++k) rv.push_back(RVar(u.rdom[k].name()));
-        const bool fuse = fuses_reduced_pair(u, s, inner, pair);
+        const int fuse = fused_reduced_axes(u, s, order);
+        Expr nonempty = Halide::Internal::const_true();
         if (fuse) {
-            // The two innermost reduced axes are dense neighbours (a 7 x 7 plane): one loop over
-            // the plane, cut into vectors, instead of a masked vector per 7-element row.
-            RVar fused(rv[0].name() + "_" + rv[1].name());
-            f.update().fuse(rv[0], rv[1], fused);
-            rv.erase(rv.begin(), rv.begin() + 2);
+            // The innermost reduced axes are dense neighbours (a 7 x 7 plane; GroupNorm NCHW's
+            // whole (cg, h, w) block): one loop over them, cut into vectors, instead of a masked
+            // vector per 7-element row.
+            RVar fused = rv[0];
+            for (int k = 1; k < fuse; ++k) {
+                RVar next(fused.name() + "_" + rv[(size_t)k].name());
+                f.update().fuse(fused, rv[(size_t)k], next);
+                fused = next;
+                nonempty = nonempty && p.extent[u.rdom_axes[(size_t)k - 1]] > 0;
+            }
+            rv.erase(rv.begin(), rv.begin() + fuse);
             rv.insert(rv.begin(), fused);
         }
         Func sweep = blocked_rfactor(f, rv, vw, s.sum_block, at);
-        // Specialized on a non-empty row, so Halide's x / 0 = 0 rule leaves the fused index linear.
-        if (fuse) sweep.update().specialize(p.extent[inner] > 0);
+        // Specialized on non-empty axes, so Halide's x / 0 = 0 rule leaves the fused index linear.
+        if (fuse) sweep.update().specialize(nonempty);
         return rv.size() == 1 ? sweep : Func();
     }
     for (const Var &v : f.args())
@@ -238,8 +250,10 @@ CpuSchedule CpuSchedule::from(const ScheduleRecord &r) {
     s.welford_lanes = (int)r.get("welford_lanes");
     s.welford_block = (int)r.get("welford_block");
     s.min_task_elements = (int)r.get("min_task_elements");
-    s.fuse_reduced_pair = r.flag("fuse_reduced_pair");
+    s.fuse_reduced_axes = r.flag("fuse_reduced_axes");
+    s.multi_axis_accumulators = r.flag("multi_axis_accumulators");
     s.group_vectors = r.flag("group_vectors");
+    s.streaming_stores = r.flag("streaming_stores");
     s.row_in_cache = r.flag("row_in_cache");
     s.column_block_elements = (int)r.get("column_block_elements");
     s.fuse_inner_pair = r.flag("fuse_inner_pair");
@@ -272,9 +286,11 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
     // (Specialized on a non-empty plane, so Halide's x / 0 rule does not make the index a select.)
     // With group_vectors the same holds for a pair along whose outer axis statistics vary
     // (GroupNorm NHWC's (g, cg)): full vectors across the groups, the per-group values gathered.
-    const bool fuse_pair = s.fuse_inner_pair && (p.reductions.empty() || !row || first_reduced + 2 < order.size()) && same_shape.empty() &&
-                           (plan.inner_pair_fusable || (s.group_vectors && plan.inner_pair_grouped));
-    const AxisId pair = order.size() >= 2 ? order[order.size() - 2] : -1;  // the axis just outside the contiguous one
+    // Not with streaming stores: their alignment constraint on the innermost extent keeps Halide
+    // from seeing the fused index as linear (GroupNorm NCHW 16 x 320 x 128 x 128: 7.9 -> 2.1 GB/s);
+    // each row of the pair is then its own vector loop, aligned.
+    const bool fuse_pair = s.fuse_inner_pair && !s.streaming_stores && (p.reductions.empty() || !row || first_reduced + 2 < order.size()) &&
+                           same_shape.empty() && (plan.inner_pair_fusable || (s.group_vectors && plan.inner_pair_grouped));
     Var vfused(spec.axes[inner].name + "_" + spec.axes[order.size() >= 2 ? order[order.size() - 2] : inner].name);
     auto map_inner = [&](Func f) -> Var {
         if (!fuse_pair) return vi;
@@ -417,10 +433,13 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
             // reduction, as many independent add chains, so a row's sum is not bound by the latency
             // of one (four: LayerNorm 16384 x 768 f32 14.2 -> 17.1 GB/s in the lab, bench/README.md). Over
             // several axes the innermost may be short (GroupNorm NCHW's w = 8..64): one vector
-            // (64 lanes there took 8 x 640 x 32 x 32 from 15.6 to 6.7 GB/s).
+            // (64 lanes there took 8 x 640 x 32 x 32 from 15.6 to 6.7 GB/s), unless the record's
+            // multi_axis_accumulators says otherwise (a tuner's choice for large planes).
             for (auto &u : rf.updates) {
-                const int dims = u.rdom.dimensions() - (fuses_reduced_pair(u, s, inner, pair) ? 1 : 0);
-                vectorize_update(rf, u, p, inner, dims == 1 ? s.row_accumulators * vw : vw, s, LoopLevel(u.func, Var::outermost()), -1, pair);
+                const int fused = fused_reduced_axes(u, s, order);
+                const int dims = u.rdom.dimensions() - (fused ? fused - 1 : 0);
+                const int lanes = dims == 1 || s.multi_axis_accumulators ? s.row_accumulators * vw : vw;
+                vectorize_update(rf, u, p, inner, lanes, s, LoopLevel(u.func, Var::outermost()), -1, order);
             }
         }
         for (size_t k = 1; k < row_sweeps.size(); ++k) row_sweeps[k].second.update().compute_with(row_sweeps[0].second.update(), RVar("rib"));
@@ -458,7 +477,7 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
             for (auto &u : rf.updates) {
                 bool has_pure = u.associative && u.func.dimensions() > 0;
                 vectorize_update(rf, u, p, inner, vw, s, has_pure ? LoopLevel(u.func, u.func.args().back()) : LoopLevel(u.func, Var::outermost()),
-                                 next_outer, pair);
+                                 next_outer, order);
             }
         }
         Var outer = p.vars[order[0]];

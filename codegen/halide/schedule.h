@@ -48,8 +48,10 @@ struct CpuSchedule {
     bool row_in_cache = true;       // row schedule allowed (false forces the root schedule)
     int column_block_elements = 262144;  // elements of a block of rows with sums over the rows (per-block partials)
     bool fuse_inner_pair = true;    // fuse the two innermost axes of a map when the plan allows it
-    bool fuse_reduced_pair = false; // sum a reduction's two innermost (dense) reduced axes as one loop
+    bool fuse_reduced_axes = false; // sum a reduction's innermost reduced axes adjacent in memory as one loop
+    bool multi_axis_accumulators = false;  // row_accumulators also for a row's reductions over several axes
     bool group_vectors = false;     // channels-last per-group statistics and map vectorized across groups
+    bool streaming_stores = false;  // (the lowering declares the outputs aligned; the map then keeps its rows apart)
     static CpuSchedule from(const ScheduleRecord &r);
 };
 

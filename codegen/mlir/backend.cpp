@@ -213,14 +213,9 @@ json compile_kernels(const NormSpec &spec, const AotRequest &req) {
                 check_arg_count(spec, plan);
                 const Isa isa = host_isa();
                 ScheduleRecord record = choose_schedule(plan, ScheduleKind::MlirCpu, isa, req.schedule_overrides);
-                // The default kernel first, then one per distinct winning schedule (tuning_db.h).
-                std::vector<std::pair<ScheduleRecord, json>> kernels{{record, json()}};
-                if (req.schedule_overrides.empty())
-                    for (const TunedSchedule &ts : tuned_schedules(best, dtype_name(dtype), variant_name(variant), "mlir", isa_name(isa))) {
-                        ScheduleRecord tuned = ScheduleRecord::from_json(ts.schedule, ScheduleKind::MlirCpu, "tuning database " + req.tuning_dir);
-                        if (tuned == record) kernels[0].second = tuned_manifest_field(ts);
-                        else kernels.push_back({tuned, tuned_manifest_field(ts)});
-                    }
+                // The default kernel first, then one per distinct winning schedule (none under --schedule).
+                const auto kernels = kernel_schedules(record, req.schedule_overrides.empty() ? best : std::vector<TuningRecord>{}, dtype_name(dtype),
+                                                      variant_name(variant), "mlir", isa_name(isa), "tuning database " + req.tuning_dir);
                 for (const auto &[rec, tuned] : kernels) {
                     KernelEntryInfo info;
                     info.backend = Backend::Mlir;

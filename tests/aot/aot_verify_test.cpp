@@ -64,20 +64,55 @@ TEST_CASE("every generated kernel verifies through the registry", "[aot][verify]
             const std::shared_ptr<const NormSpec> forward = grad ? registry().spec(k->grad_of) : k->spec;
             REQUIRE(forward);
             std::vector<VerifyShape> shapes = verify_shapes(*forward);
+            // A tuned kernel compiled for one innermost extent gets the sweep with that extent.
+            if (k->requirement.fixed_extent > 0)
+                for (VerifyShape &v : shapes)
+                    if (v.sizes.count(k->requirement.fixed_axis)) v.sizes[k->requirement.fixed_axis] = k->requirement.fixed_extent;
             StorageMap storage;
             for (const KernelArg &a : k->args) storage[a.name] = a.dtype;
             const InputMaker inputs = grad ? backward_input_maker(*forward, *k->spec, storage) : InputMaker{};
-            KernelFn fn = [k](const TensorMap &in, const Overrides &) { return run_kernel_f64(*k, in); };
-            // Every third shape (the JIT tests cover all of them with the same code generator).
-            for (size_t i = 0; i < shapes.size(); i += 3) {
-                if (grad && shape_elements(*forward, shapes[i]) > kGradShapeElements) continue;
-                CaseResult c = verify_case(*k->spec, storage, {fn}, shapes[i], seed + i, inputs, grad).front();
+            // A kernel with a requirement (streaming stores: outputs aligned, rows a multiple of the
+            // vector) runs the calls it takes; the others (odd rows) go where a program's would,
+            // to Registry::select_for's choice, which must not be this kernel and must pass too.
+            int fallbacks = 0;
+            KernelFn fn = [k, &fallbacks](const TensorMap &in, const Overrides &) {
+                const AxisExtents ext = bind_axes(*k->spec, in);
+                if (k->refuses({}, ext).empty()) return run_kernel_f64(*k, in);
+                std::map<std::string, int64_t> sizes;
+                for (size_t a = 0; a < k->spec->axes.size(); ++a)
+                    if (!k->spec->axes[a].is_split() && !k->spec->axes[a].fixed_extent) sizes[k->spec->axes[a].name] = ext.extent[a];
+                const Registry::Selection s = registry().select_for_sizes(k->layer, k->dtype, sizes, k->full());
+                REQUIRE(s.kernel);
+                REQUIRE(s.kernel != k);
+                ++fallbacks;
+                return run_kernel_f64(*s.kernel, in);
+            };
+            auto verify = [&](const VerifyShape &shape, uint64_t shape_seed) {
+                CaseResult c = verify_case(*k->spec, storage, {fn}, shape, shape_seed, inputs, grad).front();
                 std::string detail;
                 for (const OutputCheck &o : c.outputs)
                     detail += o.name + ": err/bound " + std::to_string(o.max_err) + " (err " + std::to_string(o.worst_abs) + ", bound " +
                               std::to_string(o.bound_abs) + ") " + o.problem + "\n";
-                INFO(k->function << " " << shapes[i].label << "\n" << detail);
+                INFO(k->function << " " << shape.label << "\n" << detail);
                 CHECK(c.pass);
+            };
+            // Every third shape (the JIT tests cover all of them with the same code generator).
+            for (size_t i = 0; i < shapes.size(); i += 3) {
+                if (grad && shape_elements(*forward, shapes[i]) > kGradShapeElements) continue;
+                verify(shapes[i], seed + i);
+            }
+            // A kernel with a requirement also gets a shape it refuses for certain (its axis one
+            // past its fixed extent, or one past its multiple), which must reach the fallback.
+            if (k->requirement.any()) {
+                const Registry::Kernel::Requirement &q = k->requirement;
+                VerifyShape odd = shapes.front();
+                const std::string axis = q.fixed_extent > 0 ? q.fixed_axis : q.axis;
+                REQUIRE(odd.sizes.count(axis));
+                odd.sizes[axis] = q.fixed_extent > 0 ? q.fixed_extent + 1 : q.multiple + 1;
+                odd.label += " with " + axis + " = " + std::to_string(odd.sizes[axis]) + " (refused by the kernel)";
+                const int before = fallbacks;
+                verify(odd, seed + shapes.size());
+                CHECK(fallbacks > before);
             }
         }
         ++checked;

@@ -61,7 +61,7 @@ TEST_CASE("tune: a tiny run writes verified records, one choice, and the index",
     INFO(t.r.out);
     REQUIRE(t.r.code == 0);
     CHECK(t.r.out.find("rms_norm f32 [f32|rows=2^6,d=2^8|m16|l2]: chose") != std::string::npos);
-    const std::vector<json> recs = read_lines(t.db / "records.jsonl");
+    const std::vector<json> recs = read_lines(t.db / "records" / "rms_norm.jsonl");
     REQUIRE(recs.size() >= 3);  // both defaults in the first batch, then the last batch
     int chosen_in_last = 0;
     std::set<std::string> backends;
@@ -85,6 +85,24 @@ TEST_CASE("tune: a tiny run writes verified records, one choice, and the index",
     const json best = json::parse(in);
     REQUIRE(best["entries"].size() == 1);
     CHECK(best["entries"][0]["chosen"] == true);
+}
+
+TEST_CASE("tune --reindex: the index rebuilt from the records alone (a run that was killed)", "[cli][tune]") {
+    const TinyRun &t = tiny();
+    REQUIRE(t.r.code == 0);
+    const fs::path db = fresh_dir("tune-reindex");
+    fs::create_directories(db);
+    fs::copy(t.db / "records", db / "records", fs::copy_options::recursive);
+    REQUIRE_FALSE(fs::exists(db / "best"));
+    Result r = normgen_cli("tune " + catalog("rms_norm") + " --reindex --db " + db.string());
+    INFO(r.out);
+    CHECK(r.code == 0);
+    CHECK(r.out.find("1 choice(s) from") != std::string::npos);
+    std::ifstream in(db / "best" / "rms_norm.json");
+    REQUIRE(in);
+    std::ifstream orig(t.db / "best" / "rms_norm.json");
+    CHECK(json::parse(in)["entries"] == json::parse(orig)["entries"]);
+    fs::remove_all(db);
 }
 
 TEST_CASE("describe --shape: the tuned choice for the class, or the default and why", "[cli][tune]") {

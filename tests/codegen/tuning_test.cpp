@@ -141,7 +141,7 @@ TEST_CASE("tuning database: round trip, compaction to the latest choice, stale r
     const TuningRecord first = record(rms, cls, c, nt, 30, "2026-12-01T10:00:00Z", true);
     db.append({record(rms, cls, c, def, 20, "2026-12-01T10:00:00Z", false, "default"), first});
     std::vector<std::string> notes;
-    std::vector<TuningRecord> back = db.records(&notes);
+    std::vector<TuningRecord> back = db.records("rms_norm", &notes);
     REQUIRE(back.size() == 2);
     CHECK(notes.empty());
     CHECK(back[1].to_json() == first.to_json());  // every field survives the round trip
@@ -176,37 +176,56 @@ TEST_CASE("tuning database: round trip, compaction to the latest choice, stale r
     CHECK(notes.at(0).find("Halide") != std::string::npos);
 
     // A line that is not a record is skipped with its line number; the rest still reads.
-    std::ofstream(db.records_path(), std::ios::app) << "{not json\n";
+    std::ofstream(db.records_path("rms_norm"), std::ios::app) << "{not json\n";
     notes.clear();
-    CHECK(db.records(&notes).size() == 4);
+    CHECK(db.records("rms_norm", &notes).size() == 4);
     REQUIRE(notes.size() == 1);
-    CHECK(notes[0].find("records.jsonl:5") != std::string::npos);
+    CHECK(notes[0].find("rms_norm.jsonl:5") != std::string::npos);
+    // Each layer has its own file: another layer's records neither read nor compacted with these.
+    const NormSpec ln = catalog("layer_norm");
+    const KernelPlan lplan = make_plan(ln, DType::F32, Variant::Core);
+    const ShapeClass lcls = shape_class(ln, lplan, extents_from_sizes(ln, {{"rows", 4096}, {"d", 4096}}), c);
+    db.append({record(ln, lcls, c, choose_schedule(lplan, ScheduleKind::HalideCpu, Isa::Avx2), 20, "2026-12-04T10:00:00Z", true)});
+    CHECK(fs::exists(db.records_path("layer_norm")));
+    CHECK(db.records("rms_norm").size() == 4);
+    CHECK(db.records("layer_norm").size() == 1);
+    CHECK(db.compact({{"layer_norm", kernel_identity(ln)}}).at("layer_norm") == 1);
+    CHECK(db.best("rms_norm", kernel_identity(rms)).size() == 1);  // untouched
+    // A line of another layer in a layer's file is skipped, named.
+    std::ofstream(db.records_path("rms_norm"), std::ios::app) << record(ln, lcls, c, def, 20, "2026-12-04T10:00:00Z", true).to_json().dump() << "\n";
+    notes.clear();
+    CHECK(db.records("rms_norm", &notes).size() == 4);
+    REQUIRE(notes.size() == 2);  // the line that is not JSON, then this one
+    CHECK(notes[1].find("rms_norm.jsonl:6: skipped: a record of layer 'layer_norm'") != std::string::npos);
     fs::remove_all(dir);
 }
 
 TEST_CASE("the schedule space follows the plan", "[tuning]") {
-    auto knobs = [](const std::string &layer, int inner_multiple) {
+    auto knobs = [](const std::string &layer, int64_t inner_extent) {
         const NormSpec s = catalog(layer);
         const KernelPlan p = make_plan(s, DType::F32, Variant::Core);
         std::vector<std::string> names;
         const ScheduleRecord def = choose_schedule(p, ScheduleKind::HalideCpu, Isa::Avx2);
-        for (const KnobChoice &k : schedule_space(s, p, def, inner_multiple)) {
+        for (const KnobChoice &k : schedule_space(s, p, def, inner_extent)) {
             names.push_back(k.knob);
             CHECK(std::count(k.values.begin(), k.values.end(), def.get(k.knob)) == 1);  // the default is among them
         }
         return names;
     };
     auto has = [](const std::vector<std::string> &v, const char *k) { return std::count(v.begin(), v.end(), k) == 1; };
-    const auto rms = knobs("rms_norm", 16);
+    const auto rms = knobs("rms_norm", 4096);
     CHECK(has(rms, "streaming_stores"));
     CHECK(has(rms, "row_accumulators"));
     CHECK_FALSE(has(rms, "group_vectors"));
-    CHECK_FALSE(has(knobs("rms_norm", 2), "streaming_stores"));  // rows not a multiple of the vector
-    CHECK(has(knobs("batch_norm_train", 1), "fuse_reduced_pair"));
-    CHECK(has(knobs("group_norm_nhwc", 2), "group_vectors"));
+    CHECK_FALSE(has(rms, "fixed_inner_extent"));                // a long row gains nothing from a constant
+    CHECK_FALSE(has(knobs("rms_norm", 250), "streaming_stores"));  // rows not a multiple of the vector
+    CHECK(has(knobs("rms_norm", 768), "fixed_inner_extent"));
+    CHECK(has(knobs("batch_norm_train", 7), "fuse_reduced_axes"));
+    CHECK(has(knobs("group_norm_nhwc", 10), "group_vectors"));
+    CHECK(has(knobs("group_norm_nhwc", 10), "fixed_inner_extent"));
     const NormSpec ln = catalog("layer_norm");
     const KernelPlan p = make_plan(ln, DType::F32, Variant::Core);
-    const auto mlir = schedule_space(ln, p, choose_schedule(p, ScheduleKind::MlirCpu, Isa::Avx2), 16);
+    const auto mlir = schedule_space(ln, p, choose_schedule(p, ScheduleKind::MlirCpu, Isa::Avx2), 4096);
     REQUIRE(!mlir.empty());
     CHECK(mlir[0].knob == "chunk_bytes");
 }
@@ -233,7 +252,7 @@ TEST_CASE("the search finds a schedule planted in a toy space, and a rejected ca
         return SearchTiming{t, t * 0.995, t * 1.005};
     };
     CoordinateSearch s;
-    s.add_backend("halide", def, schedule_space(rms, plan, def, 16));
+    s.add_backend("halide", def, schedule_space(rms, plan, def, 4096));
     // A planted wrong candidate: the fastest of all (row_in_cache=0), but it fails verification.
     int rejected = 0, batches = 0;
     for (std::vector<SearchCandidate> batch = s.next(); !batch.empty(); batch = s.next()) {
@@ -256,4 +275,21 @@ TEST_CASE("the search finds a schedule planted in a toy space, and a rejected ca
     CHECK(s.best("halide").flag("row_in_cache"));
     CHECK(s.best("halide").get("vector_width") == def.get("vector_width"));
     CHECK(batches <= 20);
+}
+
+TEST_CASE("the search spends its batches on the backends in the race", "[tuning]") {
+    const NormSpec rms = catalog("rms_norm");
+    const KernelPlan plan = make_plan(rms, DType::F32, Variant::Core);
+    const ScheduleRecord h = choose_schedule(plan, ScheduleKind::HalideCpu, Isa::Avx2), m = choose_schedule(plan, ScheduleKind::MlirCpu, Isa::Avx2);
+    CoordinateSearch s;
+    s.add_backend("halide", h, schedule_space(rms, plan, h, 4096));
+    s.add_backend("mlir", m, schedule_space(rms, plan, m, 4096));
+    // Before any timing both take part; once MLIR is 2x slower, only Halide's knobs are tried
+    // while Halide has any at that step.
+    std::vector<SearchCandidate> first = s.next();
+    CHECK(std::count_if(first.begin(), first.end(), [](const SearchCandidate &c) { return c.backend == "mlir"; }) > 0);
+    s.report({{"halide", {1.0, 0.99, 1.01}}, {"mlir", {2.0, 1.98, 2.02}}}, std::vector<std::optional<SearchTiming>>(first.size()));
+    std::vector<SearchCandidate> second = s.next();
+    REQUIRE(!second.empty());
+    CHECK(std::all_of(second.begin(), second.end(), [](const SearchCandidate &c) { return c.backend == "halide"; }));
 }

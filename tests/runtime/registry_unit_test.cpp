@@ -1021,3 +1021,20 @@ TEST_CASE("a manifest's tuned and requires fields are checked", "[registry][disp
     CHECK_THAT(user_error_of([&] { load_json(dir, manifest({entry("rms_norm", DType::F32, "avx2", false), t})); }),
                Catch::Contains("a 'tuned' entry"));
 }
+
+TEST_CASE("a kernel compiled for one extent takes only that extent", "[registry][dispatch]") {
+    if (this_cpu().isa == "none") return;
+    TempDir dir;
+    json fixed = tuned_entry("__ta", 64, 256, this_cpu());
+    fixed["requires"] = {{"extent", {{"d", 256}}}};
+    const Registry reg = load_json(dir, manifest({entry("rms_norm", DType::F32, "avx2", false), fixed}));
+    const Registry::Kernel *k = reg.find("rms_norm__f32__avx2__core__ta");
+    REQUIRE(k);
+    CHECK(k->requirement.fixed_extent == 256);
+    CHECK(reg.select_for_sizes("rms_norm", DType::F32, {{"rows", 64}, {"d", 256}}).kernel == k);
+    // d = 255 is in the same class bucket (2^8) but not the kernel's extent: the default.
+    Registry::Selection s = reg.select_for_sizes("rms_norm", DType::F32, {{"rows", 64}, {"d", 240}});
+    CHECK(s.kernel != k);
+    AlignedRms other(64, 240);
+    CHECK_THAT(user_error_of([&] { call(*k, other.tensors()); }), Catch::Contains("compiled for 256 only"));
+}

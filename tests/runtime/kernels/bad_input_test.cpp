@@ -26,7 +26,8 @@ using normgen::test::test_seed;
 namespace {
 
 // Runs `k` on inputs drawn for rows x d, with row `bad` of x edited by `edit`; returns the outputs
-// and the reference (on the inputs as stored).
+// and the reference (on the inputs as stored). A call `k` does not take (a tuned kernel's
+// requirement) runs where a program's would.
 struct Result {
     TensorMap got, ref;
 };
@@ -36,12 +37,12 @@ Result run_with(const Registry::Kernel &k, int64_t rows, int64_t d, const std::f
     AxisExtents ext = choose_extents(spec, {{"rows", rows}, {"d", d}}, 1);
     TensorMap in = random_inputs(spec, ext, {0, 42});
     edit(in.at("x").data, d);
-    std::map<std::string, std::vector<uint8_t>> mem;
+    std::map<std::string, test::AlignedBytes> mem;
     std::map<std::string, TensorView> views;
     TensorMap stored;
     for (const KernelArg &a : k.args) {
         if (a.role == KernelArg::Output) continue;
-        mem[a.name] = encode(in.at(a.name).data, a.dtype);
+        mem[a.name] = test::aligned_bytes(encode(in.at(a.name).data, a.dtype));
         views[a.name] = TensorView{mem[a.name].data(), a.dtype, in.at(a.name).shape, {}};
         stored[a.name] = HostTensor{in.at(a.name).shape, decode(mem[a.name].data(), (size_t)in.at(a.name).numel(), a.dtype)};
     }
@@ -53,7 +54,7 @@ Result run_with(const Registry::Kernel &k, int64_t rows, int64_t d, const std::f
         mem[a.name].assign((size_t)h.numel() * dtype_size(a.dtype), 0xff);
         views[a.name] = TensorView{mem[a.name].data(), a.dtype, h.shape, {}};
     }
-    run_kernel(k, views);
+    run_kernel(test::taking(k, views), views);
     for (const KernelArg &a : k.args)
         if (a.role == KernelArg::Output) r.got[a.name] = HostTensor{r.ref.at(a.name).shape, decode(mem[a.name].data(), mem[a.name].size() / dtype_size(a.dtype), a.dtype)};
     return r;
@@ -72,8 +73,9 @@ TEST_CASE("a NaN or an infinity in one row stays in that row; the other rows are
     for (const std::string layer : {"layer_norm", "rms_norm", "scale_norm"}) {
         for (const Registry::Kernel *k : kernels_of(layer)) {
             for (double bad : {NAN, INFINITY}) {
-                INFO(k->function << " (" << backend_name(k->backend) << "), x[2][5] = " << bad);
-                const int64_t rows = 5, d = 37;
+                // d = 37, or the nearest a tuned kernel takes (a fixed extent, a multiple of its vector).
+                const int64_t rows = 5, d = test::fitted(*k, {{"rows", rows}, {"d", 37}}).at("d");
+                INFO(k->function << " (" << backend_name(k->backend) << "), d = " << d << ", x[2][5] = " << bad);
                 Result r = run_with(*k, rows, d, [&](std::vector<double> &x, int64_t dd) { x[2 * dd + 5] = bad; });
                 const std::vector<double> &y = r.got.at("y").data;
                 for (int64_t row = 0; row < rows; ++row) {
@@ -101,11 +103,12 @@ TEST_CASE("a NaN or an infinity in one row stays in that row; the other rows are
 TEST_CASE("an all-zero row of RMSNorm and ScaleNorm gives zeros, not NaN", "[kernels][bad-input]") {
     for (const std::string layer : {"rms_norm", "scale_norm"}) {
         for (const Registry::Kernel *k : kernels_of(layer)) {
-            INFO(k->function << " (" << backend_name(k->backend) << ")");
-            Result r = run_with(*k, 3, 100, [](std::vector<double> &x, int64_t d) {
-                for (int64_t i = 0; i < d; ++i) x[1 * d + i] = 0;
+            const int64_t d = test::fitted(*k, {{"rows", 3}, {"d", 100}}).at("d");
+            INFO(k->function << " (" << backend_name(k->backend) << "), d = " << d);
+            Result r = run_with(*k, 3, d, [](std::vector<double> &x, int64_t dd) {
+                for (int64_t i = 0; i < dd; ++i) x[1 * dd + i] = 0;
             });
-            for (int64_t i = 100; i < 200; ++i) CHECK(r.got.at("y").data[i] == 0);
+            for (int64_t i = d; i < 2 * d; ++i) CHECK(r.got.at("y").data[i] == 0);
             OutputCheck c = compare_output("y", r.got.at("y"), r.ref.at("y"), k->dtype, spot_check_bound(*k->spec));
             if (!c.pass) FAIL_CHECK(mismatch_text(c));
         }
@@ -117,12 +120,13 @@ TEST_CASE("subnormal inputs are not flushed to zero", "[kernels][bad-input]") {
     // so y = x * rsqrt(eps) = 1000 x: a normal number a kernel that flushed x to zero would lose.
     for (const Registry::Kernel *k : kernels_of("rms_norm")) {
         if (k->dtype != DType::F32) continue;  // bf16 and f16 have their own subnormal ranges
-        INFO(k->function << " (" << backend_name(k->backend) << ")");
-        Result r = run_with(*k, 2, 64, [](std::vector<double> &x, int64_t d) {
-            for (int64_t i = 0; i < d; ++i) x[i] = (i % 2 ? 1 : -1) * std::ldexp(1.0 + i, -140);  // below 2^-126
+        const int64_t d = test::fitted(*k, {{"rows", 2}, {"d", 64}}).at("d");
+        INFO(k->function << " (" << backend_name(k->backend) << "), d = " << d);
+        Result r = run_with(*k, 2, d, [](std::vector<double> &x, int64_t dd) {
+            for (int64_t i = 0; i < dd; ++i) x[i] = (i % 2 ? 1 : -1) * std::ldexp(1.0 + i, -140);  // below 2^-126
         });
         const HostTensor &y = r.got.at("y"), &want = r.ref.at("y");
-        for (int64_t i = 0; i < 64; ++i) {
+        for (int64_t i = 0; i < d; ++i) {
             CHECK(y.data[i] != 0);
             CHECK(std::fabs(y.data[i] - want.data[i]) <= 1e-5 * std::fabs(want.data[i]));
         }

@@ -36,7 +36,7 @@ constexpr uint8_t kSentinel = 0xff;  // all-ones bytes: NaN in every storage typ
 
 // Caller-owned storage of one tensor.
 struct Storage {
-    std::vector<uint8_t> bytes;
+    test::AlignedBytes bytes;  // 64-byte aligned, as a streaming-store kernel needs
     Shape shape;
     DType dtype = DType::F32;
     TensorView view() { return TensorView{bytes.data(), dtype, shape, {}}; }
@@ -62,7 +62,7 @@ struct Call {
         for (const KernelArg &a : k.args) {
             if (a.role == KernelArg::Output) continue;
             const HostTensor &h = inputs.at(a.name);
-            Storage s{encode(h.data, a.dtype), h.shape, a.dtype};
+            Storage s{test::aligned_bytes(encode(h.data, a.dtype)), h.shape, a.dtype};
             stored[a.name] = s.host();
             store[a.name] = std::move(s);
         }
@@ -70,7 +70,7 @@ struct Call {
         for (const KernelArg &a : k.args) {
             if (a.role != KernelArg::Output || (a.optional && !all_outputs)) continue;
             const HostTensor &r = ref.at(a.name);
-            store[a.name] = Storage{std::vector<uint8_t>((size_t)r.numel() * dtype_size(a.dtype), kSentinel), r.shape, a.dtype};
+            store[a.name] = Storage{test::AlignedBytes((size_t)r.numel() * dtype_size(a.dtype), kSentinel), r.shape, a.dtype};
         }
     }
 
@@ -206,7 +206,9 @@ TEST_CASE("every kernel this CPU runs takes its arguments as the manifest says (
         std::map<std::string, int64_t> sizes;
         for (const Axis &ax : k->spec->axes)
             if (!ax.is_split() && !ax.fixed_extent) sizes[ax.name] = 3 + (int64_t)(sizes.size() % 3) * 2;  // 3, 5, 7, ...
-        Call c(*k, sizes, ++salt, true);
+        // A tuned kernel with a requirement gets the nearest sizes it takes (its own extent, its multiple).
+        Call c(*k, test::fitted(*k, sizes), ++salt, true);
+        REQUIRE(test::refusal(*k, c.tensors()) == "");
         run_kernel(*k, c.tensors());
         check_outputs(c);
         ++ran;
@@ -255,7 +257,7 @@ TEST_CASE("batch_norm_train updates its running statistics in place", "[kernels]
         check_outputs(c);  // y
     }
     SECTION("a partially overlapping alias is refused") {
-        Storage both{std::vector<uint8_t>(5 * 4, kSentinel), {5}, DType::F32};
+        Storage both{test::AlignedBytes(5 * 4, kSentinel), {5}, DType::F32};
         std::memcpy(both.bytes.data(), c.store.at("running_mean").bytes.data(), 16);
         t["running_mean"] = TensorView{both.bytes.data(), DType::F32, {4}, {}};
         t["running_mean_out"] = TensorView{both.bytes.data() + 4, DType::F32, {4}, {}};
@@ -271,8 +273,8 @@ TEST_CASE("run_kernel refuses bad calls before any output is written", "[kernels
     const Registry::Kernel *k = registry().select("layer_norm", DType::F32, false);
     REQUIRE(k);
     Call c(*k, {{"rows", 3}, {"d", 5}}, 23);
-    Storage other{std::vector<uint8_t>(64, 0x3f), {3, 5, 1}, DType::F32};
-    Storage mu{std::vector<uint8_t>(12, kSentinel), {3}, DType::F32};
+    Storage other{test::AlignedBytes(64, 0x3f), {3, 5, 1}, DType::F32};
+    Storage mu{test::AlignedBytes(12, kSentinel), {3}, DType::F32};
 
     struct Case {
         const char *what;
@@ -307,7 +309,7 @@ TEST_CASE("run_kernel refuses bad calls before any output is written", "[kernels
         REQUIRE(g);
         Call cg(*g, {{"n", 1}, {"cg", 2}, {"h", 2}, {"w", 2}}, 29);  // c = 64
         auto t = cg.tensors();
-        Storage x{std::vector<uint8_t>(65 * 4 * 4, 0x3f), {1, 65, 2, 2}, DType::F32};
+        Storage x{test::AlignedBytes(65 * 4 * 4, 0x3f), {1, 65, 2, 2}, DType::F32};
         t["x"] = x.view();
         CHECK_THAT(user_error_of([&] { run_kernel(*g, t); }),
                    Catch::Contains("input 'x': axis 'c' has extent 65, which is not divisible by 32"));
@@ -323,7 +325,7 @@ TEST_CASE("a Halide runtime error is an exception with Halide's message, not an 
     Registry::Kernel liar = *k;
     liar.args[0].dtype = DType::F16;
     Call c(*k, {{"rows", 2}, {"d", 8}}, 31);
-    Storage x16{std::vector<uint8_t>(2 * 8 * 2, 0x3c), {2, 8}, DType::F16};
+    Storage x16{test::AlignedBytes(2 * 8 * 2, 0x3c), {2, 8}, DType::F16};
     auto t = c.tensors();
     t["x"] = x16.view();
     try {

@@ -78,11 +78,12 @@ std::vector<double> reference(const Problem &p, DType t, bool llama) {
 }
 
 std::vector<double> run(const Registry::Kernel &k, const Problem &p, const std::vector<double> &w) {
-    std::vector<uint8_t> xb = encode(p.x, k.dtype), wb = encode(w, k.dtype);
-    std::vector<uint8_t> yb((size_t)(p.rows * p.d) * dtype_size(k.dtype), 0xff);  // NaN in every type
-    run_kernel(k, {{"x", TensorView{xb.data(), k.dtype, {p.rows, p.d}, {}}},
-                   {"weight", TensorView{wb.data(), k.dtype, {p.d}, {}}},
-                   {"y", TensorView{yb.data(), k.dtype, {p.rows, p.d}, {}}}});
+    test::AlignedBytes xb = test::aligned_bytes(encode(p.x, k.dtype)), wb = test::aligned_bytes(encode(w, k.dtype));
+    test::AlignedBytes yb((size_t)(p.rows * p.d) * dtype_size(k.dtype), 0xff);  // NaN in every type
+    const std::map<std::string, TensorView> t{{"x", TensorView{xb.data(), k.dtype, {p.rows, p.d}, {}}},
+                                              {"weight", TensorView{wb.data(), k.dtype, {p.d}, {}}},
+                                              {"y", TensorView{yb.data(), k.dtype, {p.rows, p.d}, {}}}};
+    run_kernel(test::taking(k, t), t);  // a tuned kernel's odd shapes go where a program's would
     return decode(yb.data(), (size_t)(p.rows * p.d), k.dtype);
 }
 
