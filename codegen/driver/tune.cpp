@@ -883,7 +883,8 @@ private:
         // The summary line: the choice against the default, the autoschedulers and the limit.
         const Timing &wt = fin.t[s.all[winner].id];
         const Timing &dt = fin.t[s.all[s.defaults.begin()->second].id];
-        std::string line = "  " + head + ": chose " + s.all[winner].label + (s.all[winner].label.find("default") == std::string::npos ? " [" + knob_diff(s, winner) + "]" : "") +
+        const bool chose_default = s.defaults.count(s.all[winner].backend) && s.defaults.at(s.all[winner].backend) == winner;
+        std::string line = "  " + head + ": chose " + s.all[winner].label + (chose_default ? "" : " [" + knob_diff(s, winner) + "]") +
                            ": " + gbps(s, wt) + " = " + fmt(100.0 * (double)j.limit.bytes / wt.median / 1e9 / fin.limit_gbps, 0) + "% of " + fin.limit_kind + " " +
                            fmt(fin.limit_gbps) + " (" + fmt(fin.limit_p20) + "-" + fmt(fin.limit_p80) + ")";
         if (dt.median > 0) line += "; " + fmt(dt.median / wt.median, 2) + "x the halide default";
