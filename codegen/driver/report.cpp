@@ -14,6 +14,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -102,9 +103,15 @@ struct Parsed {
 Parsed parse(const std::string &path) {
     std::ifstream in(path);
     if (!in) throw UserError("cannot open '" + path + "'");
+    std::stringstream text;
+    text << in.rdbuf();
+    // Google Benchmark writes a value that is not a number as a bare NaN or Infinity (its "cv"
+    // aggregate of a counter that is 0 in every repetition is 0 / 0), which JSON does not have:
+    // read as null (a value the report never uses).
+    static const std::regex not_json(R"((:\s*)-?(NaN|Infinity)(\s*[,}\n]))");
     json j;
     try {
-        j = json::parse(in);
+        j = json::parse(std::regex_replace(text.str(), not_json, "$1null$3"));
     } catch (const json::parse_error &e) {
         throw UserError("'" + path + "' is not valid JSON: " + e.what());
     }
