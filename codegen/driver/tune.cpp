@@ -477,10 +477,13 @@ private:
         return (fs::path(cache_) / spec.name / dtype_name(dtype) / variant_name(v) / what).string();
     }
 
+    // -Bsymbolic: the library's normgen_kernel_table returns its own normgen::kKernelTable even in
+    // a program that has one of its own (normgen_bench, which links the catalog's: without it the
+    // library's table bound to the program's, and every --normgen_extra library was refused).
     void link(const std::string &dir, const std::vector<std::string> &objects, Built &b) const {
         const char *cxx = std::getenv("CXX");
-        std::vector<std::string> cmd{cxx && *cxx ? cxx : "c++", "-shared", "-fPIC", "-O1", "-I", NORMGEN_SOURCE_ROOT, "-o", b.library + ".tmp",
-                                     (fs::path(dir) / "kernel_table.cpp").string()};
+        std::vector<std::string> cmd{cxx && *cxx ? cxx : "c++", "-shared", "-fPIC", "-O1", "-Wl,-Bsymbolic", "-I", NORMGEN_SOURCE_ROOT,
+                                     "-o", b.library + ".tmp", (fs::path(dir) / "kernel_table.cpp").string()};
         cmd.insert(cmd.end(), objects.begin(), objects.end());
         ProcessResult r = run_process(cmd);
         if (r.status != 0) throw std::runtime_error("linking the candidate in " + dir + " failed:\n" + r.output);

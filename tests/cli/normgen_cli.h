@@ -15,8 +15,9 @@ struct Result {
     std::string out;  // stdout and stderr together
 };
 
-inline Result normgen_cli(const std::string &args) {
-    std::string cmd = std::string(NORMGEN_BINARY_DIR) + "/bin/normgen " + args + " 2>&1";
+// Runs build/bin/<program> with `args` (a shell command line).
+inline Result tool_cli(const std::string &program, const std::string &args) {
+    std::string cmd = std::string(NORMGEN_BINARY_DIR) + "/bin/" + program + " " + args + " 2>&1";
     FILE *p = popen(cmd.c_str(), "r");
     REQUIRE(p);
     std::string out;
@@ -26,5 +27,7 @@ inline Result normgen_cli(const std::string &args) {
     int status = pclose(p);
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
+
+inline Result normgen_cli(const std::string &args) { return tool_cli("normgen", args); }
 
 }  // namespace normgen::testing

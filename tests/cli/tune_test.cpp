@@ -18,6 +18,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using normgen::testing::Result;
 using normgen::testing::normgen_cli;
+using normgen::testing::tool_cli;
 
 namespace {
 
@@ -160,6 +161,12 @@ TEST_CASE("autoschedule: Halide's autoschedulers' kernels as libraries for the b
         ++libraries;
     }
     CHECK(libraries == 3);  // Adams2019, Li2018, Mullapudi2016
+    // The benchmark, which links the catalog's kernel table, loads them as rows of their own (each
+    // library's table is its own, not the program's).
+    Result bench = tool_cli("normgen_bench", "--normgen_extra=" + out.string() + " --benchmark_filter='^no such row$'");
+    INFO(bench.out);
+    CHECK(bench.out.find("[extra] 3 kernel libraries") != std::string::npos);
+    CHECK(bench.out.find("not in this program's kernel table") == std::string::npos);
     CHECK(normgen_cli("autoschedule " + catalog("rms_norm") + " --shapes 'rows=32,d=512'").code == 1);  // -o missing
     fs::remove_all(out);
 }
