@@ -305,8 +305,9 @@ private:
     // over n.axes each. Blocked, so that no f32 partial sum runs long: along the innermost reduced
     // axis, blocks of kBlock elements sum into P[kept axes, block] (kept = n.axes and the other
     // reduced axes) and the remainder into T[kept axes]; then P and T over the other reduced
-    // axes and P over the blocks, one axis at a time. (A shifted sum of zero-mean data drifts linearly with its
-    // length: one 262144-element row summed straight through was 1e-6 off in its mean.)
+    // axes and P over the blocks, one axis at a time. (A shifted sum of zero-mean data drifts
+    // linearly with its length: one 262144-element row summed straight through was 1e-6 off in
+    // its mean.)
     std::vector<Value> sums(const Node &n, const Inputs &in, const std::vector<Operand> &extra, const std::vector<Term> &terms) {
         const int64_t kBlock = sum_block_;
         const Node &arg = *n.args[0];
