@@ -79,6 +79,9 @@ StreamingRequirement streaming_requirement(const NormSpec &spec, const KernelPla
 struct KnobChoice {
     std::string knob;
     std::vector<int64_t> values;
+    // Knobs set together with every nonzero value (group_vectors needs the group's width as a
+    // constant: without it the fused channel index is not linear and every load is a gather).
+    std::vector<std::pair<std::string, int64_t>> with = {};
 };
 std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &defaults, int64_t inner_extent);
 

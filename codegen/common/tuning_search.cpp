@@ -13,12 +13,39 @@ void CoordinateSearch::add_backend(const std::string &backend, const ScheduleRec
 
 std::vector<std::string> CoordinateSearch::backends() const { return order_; }
 
+void CoordinateSearch::add_candidates(const std::string &backend, State &s, size_t knob) {
+    const KnobChoice &k = s.space[knob];
+    for (int64_t v : k.values) {
+        if (s.best.get(k.knob) == v) continue;
+        ScheduleRecord r = s.best;
+        r.set(k.knob, v);
+        if (v != 0)
+            for (const auto &[knob_name, value] : k.with) r.set(knob_name, value);
+        const std::string text = r.text();
+        if (std::find(s.tried.begin(), s.tried.end(), text) != s.tried.end()) continue;
+        s.tried.push_back(text);
+        batch_.push_back({backend, r, k.knob});
+    }
+}
+
 std::vector<SearchCandidate> CoordinateSearch::next() {
     batch_.clear();
     for (;;) {
         size_t longest = 0;
         for (const auto &[b, s] : state_) longest = std::max(longest, s.space.size());
         if (knob_ >= longest) {
+            // The knobs a backend sat out for the race, one per backend and batch, before the pass ends.
+            for (const std::string &b : order_) {
+                State &s = state_.at(b);
+                if (s.sat_out.empty()) continue;
+                const size_t k = s.sat_out.front();
+                s.sat_out.erase(s.sat_out.begin());
+                add_candidates(b, s, k);
+            }
+            if (!batch_.empty()) return batch_;
+            bool waiting = false;
+            for (const auto &[b, s] : state_) waiting = waiting || !s.sat_out.empty();
+            if (waiting) continue;
             // The end of a pass: another one only when this one moved something (at most two).
             if (!moved_this_pass_ || ++pass_ >= 2) return {};
             moved_this_pass_ = false;
@@ -35,17 +62,12 @@ std::vector<SearchCandidate> CoordinateSearch::next() {
         for (const auto &[b, st] : state_) racing_left = racing_left || (in_race(st) && knob_ < st.space.size());
         for (const std::string &b : order_) {
             State &s = state_.at(b);
-            if (knob_ >= s.space.size() || (racing_left && !in_race(s))) continue;
-            const KnobChoice &k = s.space[knob_];
-            for (int64_t v : k.values) {
-                if (s.best.get(k.knob) == v) continue;
-                ScheduleRecord r = s.best;
-                r.set(k.knob, v);
-                const std::string text = r.text();
-                if (std::find(s.tried.begin(), s.tried.end(), text) != s.tried.end()) continue;
-                s.tried.push_back(text);
-                batch_.push_back({b, r, k.knob});
+            if (knob_ >= s.space.size()) continue;
+            if (racing_left && !in_race(s)) {
+                s.sat_out.push_back(knob_);
+                continue;
             }
+            add_candidates(b, s, knob_);
         }
         ++knob_;
         if (!batch_.empty()) return batch_;

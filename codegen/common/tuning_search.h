@@ -4,8 +4,10 @@
 //   next()    the next batch: for one knob per backend (in the space's order), every value of that
 //             knob not yet tried, set on that backend's best record so far; a backend whose best is
 //             more than 25% slower than the fastest backend's sits out while another has a knob at
-//             that step (the budget goes to the race); empty when the space is exhausted (two
-//             passes, or one that moved nothing)
+//             that step (the budget goes to the race), and gets the knobs it sat out at the end of
+//             the pass (a structural knob of the slower backend can overturn the race: GroupNorm
+//             NHWC's group_vectors made Halide 2.6x faster than the MLIR kernel that led); empty
+//             when the space is exhausted (two passes, or one that moved nothing)
 //   report()  the batch's timings: each backend's best re-measured in the same batch, and the
 //             candidates that passed verification (a rejected candidate has no timing and can never
 //             become a best). A candidate replaces its backend's best when its median is below the
@@ -58,7 +60,9 @@ private:
         std::optional<SearchTiming> best_time;
         std::vector<KnobChoice> space;
         std::vector<std::string> tried;  // records' text
+        std::vector<size_t> sat_out;     // knobs (indices into space) skipped this pass for the race
     };
+    void add_candidates(const std::string &backend, State &s, size_t knob);
     std::map<std::string, State> state_;
     std::vector<std::string> order_;  // backends in the order added
     std::vector<SearchCandidate> batch_;

@@ -179,6 +179,7 @@ std::string context_line(const json &c) {
     std::ostringstream o;
     auto s = [&](const char *k) { return c.contains(k) && c[k].is_string() ? c[k].get<std::string>() : std::string(); };
     o << s("host_name") << ", " << c.value("num_cpus", 0) << " CPUs";
+    if (!s("cpu").empty()) o << " (" << s("cpu") << ")";  // the model, ISA and caches (normgen_bench)
     if (!s("threads").empty()) o << ", threads: " << s("threads");
     if (!s("kernel_isa").empty()) o << ", kernels: " << s("kernel_isa");
     if (!s("onednn").empty()) o << ", oneDNN " << s("onednn");

@@ -748,6 +748,7 @@ private:
                     line += " " + k.knob + "={";
                     for (size_t i = 0; i < k.values.size(); ++i) line += (i ? "," : "") + std::to_string(k.values[i]);
                     line += "}";
+                    for (const auto &[knob, value] : k.with) line += "+" + knob + "=" + std::to_string(value);
                 }
                 progress_.line(line);
             }

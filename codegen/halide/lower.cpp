@@ -51,8 +51,14 @@ public:
     Lowerer(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule)
         : spec_(spec), types_(plan.types), plan_(plan), welford_lanes_((int)schedule.get("welford_lanes")),
           welford_block_((int)schedule.get("welford_block")), streaming_(streaming_requirement(spec, plan, schedule)),
-          fixed_inner_(schedule.get("fixed_inner_extent")) {
+          fixed_inner_(schedule.get("fixed_inner_extent")),
+          tables_(schedule.flag("group_vectors") && plan.inner_pair_grouped && plan.main_order.size() >= 2 && !plan.stages.empty() &&
+                  !(plan.layout == LayoutClass::Row && schedule.flag("row_in_cache"))) {
         p_.acc = spec.accumulate == DType::F64 ? Float(64) : Float(32);
+        if (tables_) {
+            tbl_inner_ = plan.main_order.back();
+            tbl_outer_ = plan.main_order[plan.main_order.size() - 2];
+        }
     }
 
     LoweredPipeline run() {
@@ -97,6 +103,67 @@ private:
     const int64_t fixed_inner_;             // the innermost axis's extent as a constant (0: dynamic)
     LoweredPipeline p_;
     std::unordered_map<const Node *, Func> reduce_funcs_;
+    // Per-channel tables (the record's group_vectors, root schedules): with (g, cg) fused into one
+    // vector loop over the channels, a per-group value read at g = c / cg is a gather per vector
+    // (GroupNorm NHWC's mean, its shift and rsqrt(v + eps), at every pixel). Each maximal
+    // subexpression that varies along g but not cg, read where cg varies, is read from a table over
+    // (cg, its axes) instead: a dense load (with cg a constant, fixed_inner_extent, the fused index
+    // is linear). The same operations on the same values (tests/halide/group_tables_test.cpp).
+    const bool tables_;
+    AxisId tbl_inner_ = -1, tbl_outer_ = -1;
+    bool consumer_inner_ = false;  // the Func being defined varies along tbl_inner_
+    std::unordered_map<const Node *, Func> node_tables_;
+    std::map<std::string, Func> func_tables_;
+
+    static bool has(const AxisSet &s, AxisId a) { return std::binary_search(s.begin(), s.end(), a); }
+    AxisSet with_inner(AxisSet s) const {
+        s.insert(std::upper_bound(s.begin(), s.end(), tbl_inner_), tbl_inner_);
+        return s;
+    }
+    bool per_group(const AxisSet &axes) const { return tables_ && has(axes, tbl_outer_) && !has(axes, tbl_inner_); }
+    bool iterates_inner(const Node &r) const { return tables_ && (has(r.over, tbl_inner_) || has(r.axes, tbl_inner_)); }
+
+    Expr lower_in(const Node &n, const Env &env, bool inner) {
+        const bool saved = consumer_inner_;
+        consumer_inner_ = inner;
+        Expr e = lower(n, env);
+        consumer_inner_ = saved;
+        return e;
+    }
+
+    // The table of Func `f` over `axes` (per group): f repeated along cg.
+    Func table_of(const Func &f, const AxisSet &axes) {
+        Func &t = func_tables_[f.name()];
+        if (!t.defined()) {
+            t = Func("table_" + f.name());
+            t(pure_vars(with_inner(axes))) = f(pure_vars(axes));
+            p_.tables.push_back(t);
+        }
+        return t;
+    }
+
+    // Node `n` (per group) read where cg varies: from its table (a reduction's from the table of
+    // its Func, which its consumers inside other reductions share).
+    Expr from_table(const Node &n, const Env &env) {
+        const std::vector<Expr> at = args_at(with_inner(n.axes), env);
+        if (n.kind == Node::Reduce) return table_of(reduction(n), n.axes)(at);
+        auto it = node_tables_.find(&n);
+        if (it == node_tables_.end()) {
+            Func t("table" + std::to_string(p_.tables.size()));
+            t(pure_vars(with_inner(n.axes))) = lower_in(n, identity_env(), false);
+            p_.tables.push_back(t);
+            it = node_tables_.emplace(&n, t).first;
+        }
+        return it->second(at);
+    }
+
+    // Func `f` over reduction `r`'s kept axes, read in the reduction's operand at `env`: from a table
+    // when the operand varies along cg and f does not.
+    Expr stat_at(const Func &f, const Node &r, const Env &env) {
+        if (!iterates_inner(r) || !per_group(r.axes)) return f(args_at(r.axes, env));
+        return table_of(f, r.axes)(args_at(with_inner(r.axes), env));
+    }
+
 
     // The ABI's tensors start at 0 and are dense, with one extent per axis across all tensors
     // (runtime/run.cpp refuses anything else). Telling Halide lets it see two fused neighbouring
@@ -153,7 +220,7 @@ private:
     void define_value(int i) {
         const ValueDef &v = spec_.values[i];
         Func f(v.name);
-        f(pure_vars(v.expr->axes)) = lower(*v.expr, identity_env());
+        f(pure_vars(v.expr->axes)) = lower_in(*v.expr, identity_env(), tables_ && has(v.expr->axes, tbl_inner_));
         p_.values.push_back(f);
     }
 
@@ -166,6 +233,8 @@ private:
     }
 
     Expr lower(const Node &n, const Env &env) {
+        if (consumer_inner_ && per_group(n.axes) && n.kind != Node::Literal && n.kind != Node::Const && n.kind != Node::Count)
+            return from_table(n, env);
         switch (n.kind) {
         case Node::Literal: return cast(p_.acc, Expr(n.value));
         case Node::Const: return cast(p_.acc, Expr(spec_.find_const(n.name)->value));
@@ -237,8 +306,6 @@ private:
         return env;
     }
 
-    // The pure coordinates of reduction `n` as bound in `env`.
-    std::vector<Expr> pv_at(const Node &n, const Env &env) const { return args_at(n.axes, env); }
 
     // The shift of a mean: the mean of the first (up to) 64 elements along the innermost reduced
     // axis. Summing x - shift instead of x keeps the partial sums near sigma * sqrt(block) whether
@@ -284,12 +351,12 @@ private:
         std::vector<Var> pv = pure_vars(n.axes);
         const Node &arg = *n.args[0];
         Func result;
-        auto operand = [&](const Env &env) { return lower(arg, env); };
+        auto operand = [&](const Env &env) { return lower_in(arg, env, iterates_inner(n)); };
         switch (n.reduce) {
         case ReduceOp::Sum: result = sum_of(n, base, operand, rf); break;
         case ReduceOp::Mean: {
             Func k = shift(n, base, pv, operand, rf);
-            Func s = sum_of(n, base + "_sum", [&](const Env &env) { return operand(env) - k(pv_at(n, env)); }, rf);
+            Func s = sum_of(n, base + "_sum", [&](const Env &env) { return operand(env) - stat_at(k, n, env); }, rf);
             result = Func(base);
             result(pv) = k(pv) + s(pv) / count_of(n.over);
             break;
@@ -337,13 +404,13 @@ private:
                 mu = reduction(*m);
             } else {
                 Func k = shift(n, base, pv, operand, rf);
-                Func s = sum_of(n, base + "_sum", [&](const Env &env) { return operand(env) - k(pv_at(n, env)); }, rf);
+                Func s = sum_of(n, base + "_sum", [&](const Env &env) { return operand(env) - stat_at(k, n, env); }, rf);
                 mu = Func(base + "_mean");
                 mu(pv) = k(pv) + s(pv) / count;
                 rf.helpers.push_back(mu);
             }
             Func ss = sum_of(n, base + "_ssd", [&](const Env &env) {
-                Expr d = operand(env) - mu(args_at(n.axes, env));
+                Expr d = operand(env) - stat_at(mu, n, env);
                 return d * d;
             }, rf);
             v(pv) = ss(pv) / count;

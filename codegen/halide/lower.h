@@ -48,6 +48,10 @@ struct LoweredPipeline {
     std::vector<Halide::Expr> extent;        // per atomic axis id
     std::vector<Halide::Func> values;        // per NormSpec::values
     std::vector<ReductionFuncs> reductions;  // in stage order
+    // Per-channel tables of per-group values (group_vectors): each over (cg, the value's axes),
+    // its value repeated along cg. Read where (g, cg) run as one vector loop, a table is a dense
+    // load instead of a gather; schedule_cpu computes them at the root.
+    std::vector<Halide::Func> tables;
     Halide::Type acc;
 
     std::vector<Halide::Argument> arguments() const;

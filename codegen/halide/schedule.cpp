@@ -154,9 +154,10 @@ Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
             }
             if (s.group_vectors) {
                 // Vectors along all channels, across the groups: (cg, g) run as one dense loop c
-                // (specialized on cg > 0, so the fused index simplifies back to c), full vectors
-                // instead of ceil(cg / vw) masked ones per group (cg = 10..40 for 320..1280
-                // channels in 32 groups).
+                // (specialized on cg > 0), full vectors instead of ceil(cg / vw) masked ones per
+                // group (cg = 10..40 for 320..1280 channels in 32 groups). The index of x is
+                // linear in c only when cg is a constant (fixed_inner_extent); the per-group values
+                // the sweep subtracts come from per-channel tables (lower.h), not gathers.
                 Var c(f.name() + "_c");
                 intm.update().reorder(ord).fuse(vin, adj, c).vectorize(c, vw, TailStrategy::GuardWithIf);
                 intm.update().specialize(p.extent[inner] > 0);
@@ -285,7 +286,8 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
     // rows (BatchNorm eval 32 x 2048 x 7 x 7: ~10 -> ~20 GB/s).
     // (Specialized on a non-empty plane, so Halide's x / 0 rule does not make the index a select.)
     // With group_vectors the same holds for a pair along whose outer axis statistics vary
-    // (GroupNorm NHWC's (g, cg)): full vectors across the groups, the per-group values gathered.
+    // (GroupNorm NHWC's (g, cg)): full vectors across the groups, the per-group values read from
+    // per-channel tables (lower.h).
     // Not with streaming stores: their alignment constraint on the innermost extent keeps Halide
     // from seeing the fused index as linear (GroupNorm NCHW 16 x 320 x 128 x 128: 7.9 -> 2.1 GB/s);
     // each row of the pair is then its own vector loop, aligned.
@@ -490,6 +492,10 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
         desc << "root schedule: statistics first (parallel over their outer axis), then the map parallel over "
              << spec.axes[order[0]].name << ", vectorize " << spec.axes[inner].name << " x" << vw;
     }
+    // The per-channel tables of per-group values (lower.h; group_vectors): small (one value per
+    // channel and sample), computed once at the root, read as dense vectors by the fused loops.
+    for (Func t : p.tables) t.compute_root().vectorize(t.args()[0], vw, TailStrategy::GuardWithIf);
+    if (!p.tables.empty()) desc << "; per-group values read from per-channel tables";
     // Small outputs (saved statistics, running statistics): computed on their own.
     for (size_t i = 0; i < p.outputs.size(); ++i) {
         if (i == main || std::find_if(same_shape.begin(), same_shape.end(), [&](const Func &f) { return f.name() == p.outputs[i].name(); }) != same_shape.end())

@@ -49,6 +49,8 @@ TEST_CASE("report: tables, speedups, losses, unsupported vendors and plots from 
     CHECK(md.find("| llama3-8b 4096x4096 | 128.0 | **30.00** |  |  |  |  |  | 20.00 | 10.00 | 8.00 | 40.0 | 75% | 1.50x |  |") !=
           std::string::npos);
     CHECK(md.find("99.00") == std::string::npos);
+    // The CPU named in the header (the model, ISA and caches normgen_bench recorded).
+    CHECK(md.find("Machine: testhost, 2 CPUs (Test CPU (avx512, 2 threads, L2 2 MiB, L3 480 MiB))") != std::string::npos);
     // The DRAM-sized case: tuned beside the default and Adams2019, the limit with its spread.
     CHECK(md.find("| llama3-70b 16384x8192 | 1024.0 | **16.00** | 12.00 |  | 14.00 |  |  | 18.00 | 12.00 | 8.00 | 40.0 (36.0-44.0) | 40% | "
                   "**0.89x** | 1.33x |") != std::string::npos);

@@ -1,0 +1,56 @@
+// GroupNorm NHWC with vectors across the groups (the schedule record's group_vectors): the
+// per-group values (the mean's shift, the mean, rsqrt(v + eps)) are read from per-channel tables
+// (codegen/halide/lower.h), so the fused channel loop loads them densely instead of gathering.
+// The tables hold the same values computed by the same operations, so the kernel's outputs are
+// the default schedule's to a few f32 ulps (LLVM may contract a multiply-add into an FMA in one
+// loop and not in the other: measured 2 ulps), and within the verifier's bound of the float64
+// reference on data far from zero.
+#include "codegen/halide/jit.h"
+#include "dsl/checker.h"
+#include "runtime/random_inputs.h"
+#include "runtime/reference/interpreter.h"
+#include "runtime/verify.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+using namespace normgen;
+
+namespace {
+NormSpec catalog(const std::string &layer) { return load_norm_file(std::string(NORMGEN_SOURCE_DIR) + "/dsl/catalog/" + layer + ".norm"); }
+}  // namespace
+
+TEST_CASE("group_vectors reads per-group values from per-channel tables: the default's outputs to a few ulps", "[halide][schedule]") {
+    const NormSpec gn = catalog("group_norm_nhwc");
+    const Halide::Target host = hl::parse_target("host");
+    const hl::JitKernel def(gn, DType::F32, host, Variant::Core);
+    const hl::JitKernel tables(gn, DType::F32, host, Variant::Core, "group_vectors=1");
+    CHECK(def.schedule_text().find("per-channel tables") == std::string::npos);
+    CHECK(tables.schedule_text().find("per-channel tables") != std::string::npos);
+    // Odd sizes: 7 channels a group (a masked vector at every group boundary of the fused loop),
+    // 3 x 5 pixels, 3 samples; x = 1e4 + N(0, 1).
+    const AxisExtents ext = choose_extents(gn, {{"n", 3}, {"h", 3}, {"w", 5}, {"cg", 7}}, 1);
+    RandomInputOptions opts;
+    opts.offset = 1e4;
+    opts.seed = 20261202;
+    TensorMap in = random_inputs(gn, ext, opts);
+    for (auto &[name, t] : in)
+        for (double &v : t.data) v = (double)(float)v;  // the kernel's f32 inputs, exactly
+    const TensorMap a = def.run(in), b = tables.run(in);
+    const HostTensor &ya = a.at("y"), &yb = b.at("y");
+    REQUIRE(ya.numel() == 3 * 3 * 5 * 32 * 7);
+    REQUIRE(yb.shape == ya.shape);
+    int64_t far = 0, nan = 0;
+    for (int64_t i = 0; i < ya.numel(); ++i) {
+        const double a = ya.data[(size_t)i], b = yb.data[(size_t)i];
+        far += !(std::abs(a - b) <= 4 * 0x1p-23 * std::max(1.0, std::abs(a)));
+        nan += std::isnan(b);  // outputs are poisoned with NaN before the run
+    }
+    CHECK(nan == 0);
+    CHECK(far == 0);
+    const TensorMap ref = evaluate_reference(gn, in), mag = evaluate_magnitudes(gn, in);
+    const OutputCheck c = compare_output("y", yb, ref.at("y"), DType::F32, spot_check_bound(gn, mag.at("y")));
+    INFO(mismatch_text(c));
+    CHECK(c.pass);
+}
