@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -224,14 +225,36 @@ Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
                 f.update().fuse(fused, RVar(u.rdom[k].name()), next);
                 fused = next;
             }
+            // When the statistic also keeps the axis just outside (GroupNorm NHWC's per-channel
+            // sums keep (g, cg)), that axis runs inside the sweep over the reduced elements, so
+            // each element's channels are read as one contiguous run; one loop per group over all
+            // of them read every cache line once per group (GroupNorm NHWC's backward: its d_bias
+            // and sum(t2 * d_y) swept d_y 32 times). If it is the statistic's outermost axis
+            // (nothing else to parallelize), the sweep runs at the root, parallel over its blocks.
+            std::optional<Var> sibling;
+            if (next_outer >= 0)
+                for (const Var &a : f.args())
+                    if (a.name() == p.vars[next_outer].name()) sibling = a;
             RVar level = fused;
             for (int l = 0; l < 3; ++l) {
                 RVar lo("p" + std::to_string(l) + "_o"), li("p" + std::to_string(l) + "_i");
                 Var blk("p" + std::to_string(l) + "_block");
                 f.update().split(level, lo, li, s.sum_block, TailStrategy::GuardWithIf);
                 Func part = f.update().rfactor(lo, blk);
-                part.compute_at(at).vectorize(v, vw, TailStrategy::GuardWithIf);
-                part.update().reorder(v, li, blk).vectorize(v, vw, TailStrategy::GuardWithIf);
+                part.vectorize(v, vw, TailStrategy::GuardWithIf);
+                if (l == 0 && sibling) {
+                    // (serial: rfactor copies the statistic's parallel loop over that axis)
+                    part.update().reorder(v, *sibling, li, blk).serial(*sibling).vectorize(v, vw, TailStrategy::GuardWithIf);
+                    if (f.args().back().name() == sibling->name()) {
+                        part.compute_root();
+                        part.update().parallel(blk);
+                    } else {
+                        part.compute_at(at);
+                    }
+                } else {
+                    part.compute_at(at);
+                    part.update().reorder(v, li, blk).vectorize(v, vw, TailStrategy::GuardWithIf);
+                }
                 level = lo;
             }
             f.update().reorder(v, level).vectorize(v, vw, TailStrategy::GuardWithIf);
