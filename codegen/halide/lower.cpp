@@ -143,8 +143,10 @@ private:
     }
 
     // Node `n` (per group) read where cg varies: from its table (a reduction's from the table of
-    // its Func, which its consumers inside other reductions share).
+    // its Func, which its consumers inside other reductions share; a named value's from its
+    // definition's, so `mu = mean(...)` and the variance's pass 2 read one table).
     Expr from_table(const Node &n, const Env &env) {
+        if (n.kind == Node::Value) return from_table(*spec_.values[n.index].expr, env);
         const std::vector<Expr> at = args_at(with_inner(n.axes), env);
         if (n.kind == Node::Reduce) return table_of(reduction(n), n.axes)(at);
         auto it = node_tables_.find(&n);
@@ -163,7 +165,6 @@ private:
         if (!iterates_inner(r) || !per_group(r.axes)) return f(args_at(r.axes, env));
         return table_of(f, r.axes)(args_at(with_inner(r.axes), env));
     }
-
 
     // The ABI's tensors start at 0 and are dense, with one extent per axis across all tensors
     // (runtime/run.cpp refuses anything else). Telling Halide lets it see two fused neighbouring
@@ -305,7 +306,6 @@ private:
         (void)n;
         return env;
     }
-
 
     // The shift of a mean: the mean of the first (up to) 64 elements along the innermost reduced
     // axis. Summing x - shift instead of x keeps the partial sums near sigma * sqrt(block) whether

@@ -242,18 +242,16 @@ Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
                 f.update().split(level, lo, li, s.sum_block, TailStrategy::GuardWithIf);
                 Func part = f.update().rfactor(lo, blk);
                 part.vectorize(v, vw, TailStrategy::GuardWithIf);
-                if (l == 0 && sibling) {
-                    // (serial: rfactor copies the statistic's parallel loop over that axis)
-                    part.update().reorder(v, *sibling, li, blk).serial(*sibling).vectorize(v, vw, TailStrategy::GuardWithIf);
-                    if (f.args().back().name() == sibling->name()) {
-                        part.compute_root();
-                        part.update().parallel(blk);
-                    } else {
-                        part.compute_at(at);
-                    }
+                const bool across = l == 0 && sibling;
+                // (serial: rfactor copies the statistic's parallel loop over that axis)
+                if (across) part.update().reorder(v, *sibling, li, blk).serial(*sibling);
+                else part.update().reorder(v, li, blk);
+                part.update().vectorize(v, vw, TailStrategy::GuardWithIf);
+                if (across && f.args().back().name() == sibling->name()) {
+                    part.compute_root();
+                    part.update().parallel(blk);
                 } else {
                     part.compute_at(at);
-                    part.update().reorder(v, li, blk).vectorize(v, vw, TailStrategy::GuardWithIf);
                 }
                 level = lo;
             }
