@@ -63,6 +63,9 @@ const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k) {
         {"chunk_bytes", 512 << 10, 4096, int64_t(1) << 34, false, false,
          "bytes of the tensors per chunk the runtime hands one call (chunks along a split axis, sized for L2)"},
         {"fuse_trailing", 1, 0, 1, true, false, "run trailing axes every operand has contiguous as one loop (checked at run time)"},
+        {"pipeline_elements", 0, 0, int64_t(1) << 24, false, false,
+         "row pipelining (0: off): a call's rows run in steps of about this many elements, each step's map in one loop with "
+         "the next step's first statistics sweep (layers whose reductions are over the innermost axis alone)"},
     };
     static const std::vector<KnobSpec> mlir_cuda{
         {"block_threads", 256, 32, 1024, false, true, "threads per block (one block per index of the plan's block axes)"},
@@ -224,6 +227,7 @@ std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &p
         add("chunk_bytes", {128 << 10, 512 << 10, 2 << 20, 8 << 20});
         add("sum_block", {64, 256, 1024});
         add("fuse_trailing", {1, 0});
+        if (plan.layout == LayoutClass::Row) add("pipeline_elements", {0, 16384, 65536});
         return space;
     }
     if (defaults.kind() != ScheduleKind::HalideCpu) return space;

@@ -95,12 +95,14 @@ commands:
                         overrides knobs of every kernel's schedule record
                         ('vector_width=8,row_accumulators=2' or a JSON record).
   explain FILE --backend mlir [--stage linalg|loops|llvm|gpu|nvvm|ptx] [--dtype f32|bf16|f16] [--locations]
+                 [--schedule KNOBS]
                         Print the declaration as each stage of the MLIR pipelines sees it
                         (default: every CPU stage): linalg (as lowered), loops (after
                         linalg -> loops; `vector` is accepted), llvm (optimized LLVM IR for
                         this host), gpu (the CUDA kernel in the gpu dialect), nvvm, ptx
                         (sm_90 PTX). --locations: beside each op, the file:line:col of the
-                        declaration's node it came from.
+                        declaration's node it came from. --schedule: knobs over the CPU
+                        kernel's default mlir-cpu record (e.g. pipeline_elements=16384).
   compile FILE -o DIR [--backend halide|mlir] [--target host,x86-64-avx2] [--dtype f32,bf16,f16]
                  [--schedule KNOBS|FILE.json] [--archive NAME.a] [--grad] [--tuning DIR]
                         Generate the declaration's kernels ahead of time: for each type,

@@ -303,7 +303,8 @@ json compile_kernels(const NormSpec &spec, const AotRequest &req) {
     return entries;
 }
 
-void explain(const NormSpec &spec, DType dtype, const std::string &stage, const std::string &cuda_root, bool locations, std::ostream &os) {
+void explain(const NormSpec &spec, DType dtype, const std::string &stage, const std::string &cuda_root, bool locations, std::ostream &os,
+             const std::string &schedule) {
     static const std::vector<std::string> cpu{"linalg", "loops", "llvm"}, gpu{"gpu", "nvvm", "ptx"};
     std::string want = stage == "vector" ? "loops" : stage;
     if (!want.empty() && std::find(cpu.begin(), cpu.end(), want) == cpu.end() && std::find(gpu.begin(), gpu.end(), want) == gpu.end())
@@ -317,7 +318,7 @@ void explain(const NormSpec &spec, DType dtype, const std::string &stage, const 
     auto ctx = make_context();
     if (want.empty() || std::find(cpu.begin(), cpu.end(), want) != cpu.end()) {
         std::string fn = kernel_function_name(spec.name, dtype, Backend::Mlir, host_isa(), plan.variant);
-        auto module = lower_cpu(*ctx, spec, plan, choose_schedule(plan, ScheduleKind::MlirCpu, host_isa()), fn);
+        auto module = lower_cpu(*ctx, spec, plan, choose_schedule(plan, ScheduleKind::MlirCpu, host_isa(), schedule), fn);
         lower_cpu_to_llvm_dialect(*module, print);
         if (want.empty() || want == "llvm") print("llvm", host_llvm_ir(*module));
         return;

@@ -44,6 +44,7 @@ nlohmann::json compile_kernels(const NormSpec &spec, const AotRequest &req);
 
 // Prints the stages of the pipelines for one kernel (`stage` empty: every CPU stage).
 // `locations`: each op's location (the DSL node's file:line:col) beside it.
-void explain(const NormSpec &spec, DType dtype, const std::string &stage, const std::string &cuda_root, bool locations, std::ostream &os);
+void explain(const NormSpec &spec, DType dtype, const std::string &stage, const std::string &cuda_root, bool locations, std::ostream &os,
+             const std::string &schedule = "");
 
 }  // namespace normgen::mlirgen

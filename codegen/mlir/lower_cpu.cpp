@@ -23,7 +23,7 @@ class CpuLowerer {
 public:
     CpuLowerer(MLIRContext &ctx, const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule)
         : ctx_(ctx), spec_(spec), types_(plan.types), full_(plan.variant == Variant::Full), sum_block_(schedule.get("sum_block")),
-          fuse_trailing_(schedule.flag("fuse_trailing")), b_(&ctx), loc_(NameLoc::get(StringAttr::get(&ctx, spec.name))),
+          fuse_trailing_(schedule.flag("fuse_trailing")), pipeline_(schedule.get("pipeline_elements")), b_(&ctx), loc_(NameLoc::get(StringAttr::get(&ctx, spec.name))),
           acc_(element_type(ctx, spec.accumulate)),
           emitter_(spec, acc_, extent_f_, plan.types, [&ctx](DType t) { return cpu_storage_type(ctx, t); }) {}
 
@@ -36,18 +36,19 @@ public:
             atoms.push_back(spec_.memory_atoms(t.dims));
             types.push_back(arg_type(types_.storage.at(t.name), (int)atoms.back().size()));
         }
-        std::vector<int> outs;
         for (size_t i = 0; i < spec_.outputs.size(); ++i) {
             const OutputInfo &o = spec_.outputs[i];
             if (o.optional && !full_) continue;
-            outs.push_back((int)i);
+            outs_.push_back((int)i);
             atoms.push_back(spec_.memory_atoms(o.dims));
             types.push_back(arg_type(types_.storage.at(o.name), (int)atoms.back().size()));
         }
         auto fn = func::FuncOp::create(b_, loc_, function, b_.getFunctionType(types, {}));
         fn->setAttr("llvm.emit_c_interface", b_.getUnitAttr());
         b_.setInsertionPointToStart(fn.addEntryBlock());
-        for (size_t i = 0; i < spec_.tensors.size(); ++i) targs_.push_back(fn.getArgument((unsigned)i));
+        for (size_t i = 0; i < spec_.tensors.size(); ++i) args_.targs.push_back(fn.getArgument((unsigned)i));
+        for (size_t k = 0; k < outs_.size(); ++k) args_.oargs.push_back(fn.getArgument((unsigned)(spec_.tensors.size() + k)));
+        arg_atoms_ = atoms;
 
         // The extent of every atomic axis, from the first argument that has it.
         ext_.assign(spec_.axes.size(), Value());
@@ -59,18 +60,9 @@ public:
                 ext_[ax] = memref::DimOp::create(b_, loc_, fn.getArgument((unsigned)a), (int64_t)k);
                 extent_f_[ax] = index_to_float(b_, loc_, ext_[ax], acc_);
             }
-
-        for (size_t k = 0; k < outs.size(); ++k) {
-            const OutputInfo &o = spec_.outputs[outs[k]];
-            const Node &e = *spec_.values[o.value].expr;
-            Inputs in = inputs_for(e);
-            std::vector<AxisId> oat = spec_.memory_atoms(o.dims);
-            Type st = cpu_storage_type(ctx_, types_.storage.at(o.name));
-            map(oat, in.ops, {fn.getArgument((unsigned)(spec_.tensors.size() + k)), oat},
-                [&](OpBuilder &b, Location loc, ValueRange args) -> SmallVector<Value> {
-                    return {convert(b, loc, eval(b, loc, e, in, args), st)};
-                });
-        }
+        use(args_);
+        if (std::optional<AxisId> p = pipeline_axis()) emit_pipelined(*p);
+        else emit_step(SweepMode::Normal, nullptr);
         for (Value m : allocs_) memref::DeallocOp::create(b_, loc_, m);
         func::ReturnOp::create(b_, loc_);
         return module;
@@ -86,6 +78,34 @@ private:
         std::vector<Operand> ops;  // one per leaf, same order
     };
     using Body = std::function<SmallVector<Value>(OpBuilder &, Location, ValueRange)>;
+    // The tensors the ops read and write: the function's arguments, or sub-views of them along one
+    // axis (a step of the pipelined rows), with that axis' extent in the view.
+    struct Views {
+        std::vector<Value> targs, oargs;  // inputs (spec order), then the outputs the kernel writes
+        AxisId axis = -1;
+        Value extent;
+    };
+    // How sweep() treats the first sweep of a step (row pipelining, emit_pipelined).
+    enum class SweepMode {
+        Normal,   // emit it
+        Carried,  // its sums are carry_: the step before computed them
+        Capture,  // record it in captured_ and stop (CaptureSignal): the step before will emit it
+    };
+    // The first sweep of a step, as the algorithm asked for it: its reduction, operands (the
+    // step's views) and summands (with the statistics they read).
+    struct Captured {
+        const Node *n = nullptr;
+        Inputs in;
+        std::vector<Operand> extra;
+        std::vector<Term> terms;
+    };
+    struct CaptureSignal {};
+    // An output's map that runs in the loops of a sweep over the same domain (row pipelining).
+    struct Rider {
+        std::vector<Operand> ins;
+        Operand out;
+        Body body;
+    };
 
     MLIRContext &ctx_;
     const NormSpec &spec_;
@@ -93,10 +113,19 @@ private:
     bool full_;
     const int64_t sum_block_;   // schedule: elements per block of a blocked sum
     const bool fuse_trailing_;  // schedule: fuse contiguous trailing axes of a map
+    const int64_t pipeline_;    // schedule: elements per pipelined step (0: no row pipelining)
     OpBuilder b_;
     Location loc_;
     Type acc_;
-    std::vector<Value> targs_, ext_, extent_f_, allocs_;
+    std::vector<Value> targs_, oargs_, ext_, extent_f_, allocs_;
+    Views args_;                                   // the function's arguments
+    std::vector<std::vector<AxisId>> arg_atoms_;   // each argument's atoms (inputs, then outputs)
+    std::vector<int> outs_;                        // the outputs the kernel writes (spec indices)
+    SweepMode mode_ = SweepMode::Normal;
+    int sweeps_ = 0;                               // sweeps emitted (or carried) in this step so far
+    std::vector<Value> carry_;                     // the pipelined sweep's sums for the current step
+    const Node *carry_node_ = nullptr;
+    std::optional<Captured> captured_;
     ExprEmitter emitter_;
     std::map<const Node *, Value> red_;
 
@@ -308,7 +337,11 @@ private:
     // axes and P over the blocks, one axis at a time. (A shifted sum of zero-mean data drifts
     // linearly with its length: one 262144-element row summed straight through was 1e-6 off in
     // its mean.)
-    std::vector<Value> sums(const Node &n, const Inputs &in, const std::vector<Operand> &extra, const std::vector<Term> &terms) {
+    //
+    // With a rider (row pipelining), an output's map over the same domain runs in the same loops:
+    // one pass over the step reads the next rows for these sums while it writes this step's rows.
+    std::vector<Value> sums(const Node &n, const Inputs &in, const std::vector<Operand> &extra, const std::vector<Term> &terms,
+                            const Rider *rider = nullptr) {
         const int64_t kBlock = sum_block_;
         const Node &arg = *n.args[0];
         AxisId inner = n.over.back();
@@ -353,6 +386,12 @@ private:
             Value lanes = memref::AllocaOp::create(b_, loc_, MemRefType::get({kBlock}, acc_));
             maps.push_back(AffineMap::get(nd, 0, {getAffineDimExpr(nk + 1, &ctx_)}, &ctx_));
             in_vals.push_back(lanes);
+            const size_t nr = rider ? rider->ins.size() : 0;
+            if (rider)
+                for (const Operand &op : rider->ins) {
+                    maps.push_back(map_of(op.atoms));
+                    in_vals.push_back(op.mem);
+                }
             SmallVector<AffineExpr> pe;
             for (unsigned k = 0; k <= nk; ++k) pe.push_back(getAffineDimExpr(k, &ctx_));
             SmallVector<Value> psizes;
@@ -366,15 +405,26 @@ private:
                 maps.push_back(AffineMap::get(nd, 0, pe, &ctx_));
                 out_vals.push_back(p);
             }
+            if (rider) {
+                maps.push_back(map_of(rider->out.atoms));
+                out_vals.push_back(rider->out.mem);
+            }
             SmallVector<utils::IteratorType> iters(nd, utils::IteratorType::parallel);
             iters.back() = utils::IteratorType::reduction;
             auto f = body(terms.size());
             linalg::GenericOp::create(b_, loc_, ValueRange(in_vals), ValueRange(out_vals), maps, iters,
                                       [&](OpBuilder &nb2, Location nl, ValueRange args) {
-                                          // args: ins..., lanes, outs...: drop the lanes operand.
-                                          SmallVector<Value> a(args.begin(), args.begin() + ins.size());
-                                          a.append(args.begin() + ins.size() + 1, args.end());
+                                          // args: ins..., lanes, rider ins..., sums..., rider out: the
+                                          // sweep's body gets ins and sums, the rider's its own.
+                                          const size_t ni = ins.size(), nt = terms.size();
+                                          SmallVector<Value> a(args.begin(), args.begin() + ni);
+                                          a.append(args.begin() + ni + 1 + nr, args.begin() + ni + 1 + nr + nt);
                                           SmallVector<Value> y = f(nb2, nl, ValueRange(a));
+                                          if (rider) {
+                                              SmallVector<Value> m(args.begin() + ni + 1, args.begin() + ni + 1 + nr);
+                                              m.push_back(args.back());
+                                              y.append(rider->body(nb2, nl, ValueRange(m)));
+                                          }
                                           linalg::YieldOp::create(nb2, nl, y);
                                       });
         }
@@ -387,7 +437,23 @@ private:
                 T.push_back(alloc(kept, 0.0));
                 outs.push_back({T.back(), kept});
             }
-            generic(union_of(kept, {inner}), {inner}, tin, outs, body(terms.size()));
+            if (!rider) {
+                generic(union_of(kept, {inner}), {inner}, tin, outs, body(terms.size()));
+            } else {
+                const size_t ni = tin.size(), nr = rider->ins.size(), nt = terms.size();
+                for (const Operand &op : rider->ins) tin.push_back(slice(op, inner, main_len, rest));
+                outs.push_back(slice(rider->out, inner, main_len, rest));
+                auto f = body(nt);
+                generic(union_of(kept, {inner}), {inner}, tin, outs, [&](OpBuilder &b, Location loc, ValueRange args) -> SmallVector<Value> {
+                    SmallVector<Value> a(args.begin(), args.begin() + ni);
+                    a.append(args.begin() + ni + nr, args.begin() + ni + nr + nt);
+                    SmallVector<Value> y = f(b, loc, ValueRange(a));
+                    SmallVector<Value> m(args.begin() + ni, args.begin() + ni + nr);
+                    m.push_back(args.back());
+                    y.append(rider->body(b, loc, ValueRange(m)));
+                    return y;
+                });
+            }
         }
         // Level 2: P and T over the other reduced axes one at a time, innermost first, then P over
         // its blocks, so that no serial f32 chain is longer than one axis (GroupNorm NHWC's h x w
@@ -432,6 +498,227 @@ private:
         return r;
     }
 
+    // ---- Row pipelining (the schedule's pipeline_elements) -------------------------------------
+    //
+    // The rows of a call run in steps of about pipeline_elements elements. Step k's map and step
+    // k + 1's first statistics sweep (LayerNorm's shifted sum, RMSNorm's sum of squares) run in
+    // one loop: the next rows' reads from memory overlap this step's writes, and when the next
+    // step starts, its rows are in the cache for the sweeps left. The sums are the same blocked
+    // sums as without pipelining. Only for layers whose every reduction is over the innermost
+    // axis alone and keeps the axis outside it (the rows): LayerNorm, RMSNorm and their variants.
+
+    void use(const Views &v) {
+        targs_ = v.targs;
+        oargs_ = v.oargs;
+        if (v.axis >= 0) ext_[v.axis] = v.extent;  // extent_f_ stays the call's: a Count means the whole axis
+    }
+
+    // The arguments cut to [begin, begin + size) along `axis`.
+    Views step_views(AxisId axis, Value begin, Value size) {
+        Views v;
+        v.axis = axis;
+        v.extent = size;
+        for (size_t a = 0; a < arg_atoms_.size(); ++a) {
+            Value mem = a < args_.targs.size() ? args_.targs[a] : args_.oargs[a - args_.targs.size()];
+            const std::vector<AxisId> &atoms = arg_atoms_[a];
+            if (std::count(atoms.begin(), atoms.end(), axis)) {
+                SmallVector<OpFoldResult> offsets, sizes, strides;
+                for (size_t k = 0; k < atoms.size(); ++k) {
+                    offsets.push_back(atoms[k] == axis ? OpFoldResult(begin) : OpFoldResult(b_.getIndexAttr(0)));
+                    sizes.push_back(atoms[k] == axis ? OpFoldResult(size) : OpFoldResult(memref::DimOp::create(b_, loc_, mem, (int64_t)k).getResult()));
+                    strides.push_back(b_.getIndexAttr(1));
+                }
+                mem = memref::SubViewOp::create(b_, loc_, mem, offsets, sizes, strides);
+            }
+            (a < args_.targs.size() ? v.targs : v.oargs).push_back(mem);
+        }
+        return v;
+    }
+
+    // Emits f's ops and frees the buffers they allocated at the end of the current block.
+    template <class F>
+    void region(F &&f) {
+        const size_t mark = allocs_.size();
+        f();
+        for (size_t i = mark; i < allocs_.size(); ++i) memref::DeallocOp::create(b_, loc_, allocs_[i]);
+        allocs_.resize(mark);
+    }
+
+    // The reductions the outputs read, directly or through other reductions.
+    void collect_reductions(const Node &n, std::vector<const Node *> &out) const {
+        if (n.kind == Node::Value) return collect_reductions(*spec_.values[n.index].expr, out);
+        if (n.kind == Node::Reduce) {
+            if (std::count(out.begin(), out.end(), &n)) return;
+            out.push_back(&n);
+        }
+        for (const auto &a : n.args) collect_reductions(*a, out);
+    }
+
+    // The axis the steps cut (the main output's second innermost), when the schedule asks for
+    // pipelining and the layer allows it.
+    std::optional<AxisId> pipeline_axis() const {
+        if (pipeline_ <= 0 || outs_.empty()) return std::nullopt;
+        const std::vector<AxisId> oat = spec_.memory_atoms(spec_.outputs[outs_[0]].dims);
+        if (oat.size() < 2) return std::nullopt;
+        const AxisId inner = oat.back(), p = oat[oat.size() - 2];
+        std::vector<const Node *> reds;
+        for (int k : outs_) collect_reductions(*spec_.values[spec_.outputs[k].value].expr, reds);
+        bool summed = false;
+        for (const Node *r : reds) {
+            if (r->over != AxisSet{inner} || !std::count(r->axes.begin(), r->axes.end(), p)) return std::nullopt;
+            // A Welford variance is not a sweep of sums (algorithm.h): nothing to carry.
+            if (r->reduce == ReduceOp::Var && spec_.variance == VarianceAlgorithm::Welford) return std::nullopt;
+            summed = summed || r->reduce == ReduceOp::Sum || r->reduce == ReduceOp::Mean || r->reduce == ReduceOp::Var;
+        }
+        if (!summed) return std::nullopt;
+        return p;
+    }
+
+    // Emits the ops the first sweep of `next`'s step depends on (its mean's shift) and returns that
+    // sweep, not emitted; nothing when e's reductions have no sweep.
+    std::optional<Captured> capture_first_sweep(const Views &next, const Node &e) {
+        const auto saved_red = red_;
+        const SweepMode saved_mode = mode_;
+        const int saved_sweeps = sweeps_;
+        const Views saved{targs_, oargs_, next.axis, ext_[next.axis]};
+        use(next);
+        red_.clear();
+        sweeps_ = 0;
+        mode_ = SweepMode::Capture;
+        captured_.reset();
+        try {
+            inputs_for(e);
+        } catch (const CaptureSignal &) {
+        }
+        use(saved);
+        red_ = saved_red;
+        mode_ = saved_mode;
+        sweeps_ = saved_sweeps;
+        std::optional<Captured> c = std::move(captured_);
+        captured_.reset();
+        return c;
+    }
+
+    // Whether a map over `out` can run in the loops of the captured sweep: its domain is the
+    // sweep's (kept axes and the reduced one) and its operands index nothing else.
+    static bool rider_fits(const Captured &c, const std::vector<Operand> &ins, const Operand &out) {
+        const AxisSet dom = union_of(c.n->axes, c.n->over);
+        auto inside = [&](const Operand &op) {
+            for (AxisId a : op.atoms)
+                if (!std::count(dom.begin(), dom.end(), a)) return false;
+            return true;
+        };
+        if (out.atoms.size() != dom.size() || !inside(out)) return false;
+        for (const Operand &op : ins)
+            if (!inside(op)) return false;
+        return true;
+    }
+
+    // One step of the kernel's work on the current views: every output's map and the reductions it
+    // reads. `next`: also the first sweep of the step on those views, in the loops of the first map
+    // that fits (else after the maps), its sums copied into carry_ for that step.
+    void emit_step(SweepMode mode, const Views *next) {
+        red_.clear();
+        sweeps_ = 0;
+        mode_ = mode;
+        std::optional<Captured> cap;
+        std::vector<Value> sums_next;
+        for (size_t k = 0; k < outs_.size(); ++k) {
+            const OutputInfo &o = spec_.outputs[outs_[k]];
+            const Node &e = *spec_.values[o.value].expr;
+            Inputs in = inputs_for(e);
+            std::vector<AxisId> oat = spec_.memory_atoms(o.dims);
+            Type st = cpu_storage_type(ctx_, types_.storage.at(o.name));
+            Body body = [this, &e, in, st](OpBuilder &b, Location loc, ValueRange args) -> SmallVector<Value> {
+                return {convert(b, loc, eval(b, loc, e, in, args), st)};
+            };
+            const Operand out{oargs_[k], oat};
+            if (next && !cap && sweeps_ > 0) cap = capture_first_sweep(*next, e);
+            if (cap && sums_next.empty() && rider_fits(*cap, in.ops, out)) {
+                Rider rider{in.ops, out, body};
+                sums_next = sums(*cap->n, cap->in, cap->extra, cap->terms, &rider);
+                continue;
+            }
+            map(oat, in.ops, out, body);
+        }
+        mode_ = SweepMode::Normal;
+        if (!next) return;
+        if (!cap) throw std::logic_error("mlir lowering: a pipelined step without a sweep");
+        if (sums_next.empty()) sums_next = sums(*cap->n, cap->in, cap->extra, cap->terms);
+        copy_into_carry(*cap->n, sums_next);
+    }
+
+    void copy_into_carry(const Node &n, const std::vector<Value> &sums) {
+        for (size_t t = 0; t < carry_.size(); ++t)
+            generic(n.axes, {}, {{sums[t], n.axes}}, {{carry_[t], n.axes}},
+                    [](OpBuilder &, Location, ValueRange a) -> SmallVector<Value> { return {a[0]}; });
+    }
+
+    // The call's rows in steps: the first step's sweep, then steps 0 .. n - 2 each with the next
+    // one's sweep in its map, the last full step, and the rows left (fewer than a step) as an
+    // ordinary pass. With fewer than two full steps, the ordinary kernel.
+    void emit_pipelined(AxisId p) {
+        const AxisId inner = spec_.memory_atoms(spec_.outputs[outs_[0]].dims).back();
+        args_.axis = p;
+        args_.extent = ext_[p];
+        Value zero = index_cst(b_, loc_, 0), one = index_cst(b_, loc_, 1);
+        Value step = arith::MaxUIOp::create(b_, loc_, one, arith::DivUIOp::create(b_, loc_, index_cst(b_, loc_, pipeline_), ext_[inner]));
+        Value nfull = arith::DivUIOp::create(b_, loc_, ext_[p], step);
+        Value done = arith::MulIOp::create(b_, loc_, nfull, step);
+        Value rest = arith::SubIOp::create(b_, loc_, ext_[p], done);
+        Value worth = arith::CmpIOp::create(b_, loc_, arith::CmpIPredicate::uge, nfull, index_cst(b_, loc_, 2));
+        auto branch = scf::IfOp::create(b_, loc_, worth, /*withElseRegion=*/true);
+        OpBuilder::InsertionGuard guard(b_);
+        b_.setInsertionPoint(branch.thenBlock()->getTerminator());
+        region([&] {
+            Views first = step_views(p, zero, step);
+            use(first);
+            red_.clear();
+            sweeps_ = 0;
+            std::optional<Captured> cap;
+            for (size_t k = 0; k < outs_.size() && !cap; ++k) cap = capture_first_sweep(first, *spec_.values[spec_.outputs[outs_[k]].value].expr);
+            if (!cap) throw std::logic_error("mlir lowering: a pipelined kernel without a sweep");
+            std::vector<Value> s0 = sums(*cap->n, cap->in, cap->extra, cap->terms);
+            carry_.clear();
+            carry_node_ = cap->n;
+            for (size_t t = 0; t < s0.size(); ++t) carry_.push_back(alloc(cap->n->axes, std::nullopt));
+            copy_into_carry(*cap->n, s0);
+
+            Value last = arith::SubIOp::create(b_, loc_, nfull, one);
+            auto loop = scf::ForOp::create(b_, loc_, zero, last, one);
+            loop->setAttr("normgen.pipelined_rows", b_.getUnitAttr());  // explain shows it
+            {
+                OpBuilder::InsertionGuard g(b_);
+                b_.setInsertionPoint(loop.getBody()->getTerminator());
+                region([&] {
+                    Value begin = arith::MulIOp::create(b_, loc_, loop.getInductionVar(), step);
+                    Views cur = step_views(p, begin, step);
+                    Views nxt = step_views(p, arith::AddIOp::create(b_, loc_, begin, step), step);
+                    use(cur);
+                    emit_step(SweepMode::Carried, &nxt);
+                });
+            }
+            region([&] {
+                use(step_views(p, arith::MulIOp::create(b_, loc_, last, step), step));
+                emit_step(SweepMode::Carried, nullptr);
+            });
+            Value any = arith::CmpIOp::create(b_, loc_, arith::CmpIPredicate::ugt, rest, zero);
+            auto tail = scf::IfOp::create(b_, loc_, any, /*withElseRegion=*/false);
+            OpBuilder::InsertionGuard g(b_);
+            b_.setInsertionPoint(tail.thenBlock()->getTerminator());
+            region([&] {
+                use(step_views(p, done, rest));
+                emit_step(SweepMode::Normal, nullptr);
+            });
+        });
+        b_.setInsertionPoint(branch.elseBlock()->getTerminator());
+        region([&] {
+            use(args_);
+            emit_step(SweepMode::Normal, nullptr);
+        });
+        use(args_);
+    }
+
 public:
     // ---- The strategy of the shared algorithm (algorithm.h): statistics are buffers over the
     // reduction's kept axes, each sweep is linalg.generic ops (blocked sums, `sums` above). A
@@ -451,13 +738,23 @@ public:
     }
 
     std::vector<Stat> sweep(const Node &n, const std::vector<Stat> &stats, const std::vector<Term> &terms) {
+        const bool first = sweeps_++ == 0;
+        std::vector<Stat> r;
+        if (first && mode_ == SweepMode::Carried) {
+            if (&n != carry_node_ || carry_.size() != terms.size()) throw std::logic_error("mlir lowering: the pipelined sweep differs between steps");
+            for (Value c : carry_) r.push_back({c, Value()});
+            return r;
+        }
         Inputs in = inputs_for(*n.args[0]);
         std::vector<Operand> extra;
         for (const Stat &st : stats) extra.push_back({st.buf, n.axes});
         std::vector<Term> scaled;
         for (const Term &t : terms)
-            scaled.push_back([&stats, t](OpBuilder &b, Location loc, Value v, ValueRange ex) { return t(b, loc, v, values_of(b, loc, stats, ex)); });
-        std::vector<Stat> r;
+            scaled.push_back([stats, t](OpBuilder &b, Location loc, Value v, ValueRange ex) { return t(b, loc, v, values_of(b, loc, stats, ex)); });
+        if (first && mode_ == SweepMode::Capture) {
+            captured_ = Captured{&n, in, extra, scaled};
+            throw CaptureSignal{};
+        }
         for (Value buf : sums(n, in, extra, scaled)) r.push_back({buf, Value()});
         return r;
     }

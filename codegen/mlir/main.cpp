@@ -37,8 +37,10 @@ usage:
         JIT it and check it against the float64 reference on the verifier's shape sweep.
         --grad: the backward of each declaration instead (as `normgen verify --grad`).
   normgen-mlir explain FILE [--stage linalg|loops|vector|llvm|gpu|nvvm|ptx] [--dtype f32|bf16|f16] [--locations]
+                       [--schedule S]
         Print the stages of the pipelines (default: linalg, loops, llvm); --locations: each op's
-        location, the file:line:col of the declaration's node it came from.
+        location, the file:line:col of the declaration's node it came from; --schedule: knobs
+        over the default mlir-cpu record (knob=value,...).
   normgen-mlir compile FILE --out DIR (--fragment F.json | --manifest M.json --table T.cpp)
                        [--archive NAME.a] [--dtype LIST] [--source NAME] [--schedule S]
                        [--cuda-schedule S] [--no-cpu] [--cuda] [--grad] [--tuning DIR]
@@ -101,7 +103,7 @@ int run(std::vector<std::string> args) {
         return cmd_run(r, &make);
     }
     if (cmd == "explain") {
-        std::string file, stage;
+        std::string file, stage, schedule;
         DType dtype = DType::F32;
         bool locations = false;
         for (size_t i = 0; i < args.size(); ++i) {
@@ -111,6 +113,7 @@ int run(std::vector<std::string> args) {
             };
             if (args[i] == "--stage") stage = value();
             else if (args[i] == "--locations") locations = true;
+            else if (args[i] == "--schedule") schedule = value();
             else if (args[i] == "--dtype") {
                 std::vector<DType> d = parse_dtypes(value());
                 if (d.size() != 1) throw Usage("explain: give one --dtype");
@@ -123,7 +126,7 @@ int run(std::vector<std::string> args) {
         }
         if (file.empty()) throw Usage("explain: give a .norm file");
         NormSpec spec = load_norm_file(file);
-        mlirgen::explain(spec, dtype, stage, cuda_root, locations, std::cout);
+        mlirgen::explain(spec, dtype, stage, cuda_root, locations, std::cout, schedule);
         return 0;
     }
     if (cmd == "compile") {

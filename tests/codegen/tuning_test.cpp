@@ -235,6 +235,17 @@ TEST_CASE("the schedule space follows the plan", "[tuning]") {
     const auto mlir = schedule_space(ln, p, choose_schedule(p, ScheduleKind::MlirCpu, Isa::Avx2), 4096);
     REQUIRE(!mlir.empty());
     CHECK(mlir[0].knob == "chunk_bytes");
+    // Row pipelining for the row layouts only (BatchNorm's statistics span the rows).
+    auto mlir_knobs = [](const std::string &layer) {
+        const NormSpec s = catalog(layer);
+        const KernelPlan plan = make_plan(s, DType::F32, Variant::Core);
+        std::vector<std::string> names;
+        for (const KnobChoice &k : schedule_space(s, plan, choose_schedule(plan, ScheduleKind::MlirCpu, Isa::Avx512), 64)) names.push_back(k.knob);
+        return names;
+    };
+    CHECK(has(mlir_knobs("layer_norm"), "pipeline_elements"));
+    CHECK(has(mlir_knobs("rms_norm"), "pipeline_elements"));
+    CHECK_FALSE(has(mlir_knobs("batch_norm_train"), "pipeline_elements"));
 }
 
 TEST_CASE("the search finds a schedule planted in a toy space, and a rejected candidate never wins", "[tuning]") {
