@@ -143,9 +143,13 @@ Pool &pool() {
     return p;
 }
 
+// The pool follows the case: it grows to the case's bytes and shrinks again when a case needs less
+// than a quarter of it (one case asks for its copy and for a read of x, half that), so a DRAM
+// case's buffers (x + y of a 2.5 GiB tensor: 5 GB) are not held beside every later case's
+// tensors for the rest of the run.
 void ensure_pool(size_t bytes_each) {
     Pool &p = pool();
-    if (p.src.size() >= bytes_each) return;
+    if (p.src.size() >= bytes_each && p.src.size() / 4 <= bytes_each) return;
     p.src = HostBuffer();
     p.dst = HostBuffer();
     p.src = HostBuffer(bytes_each);
