@@ -662,7 +662,8 @@ private:
         args_.axis = p;
         args_.extent = ext_[p];
         Value zero = index_cst(b_, loc_, 0), one = index_cst(b_, loc_, 1);
-        Value step = arith::MaxUIOp::create(b_, loc_, one, arith::DivUIOp::create(b_, loc_, index_cst(b_, loc_, pipeline_), ext_[inner]));
+        Value width = arith::MaxUIOp::create(b_, loc_, one, ext_[inner]);  // an empty row: no division by zero
+        Value step = arith::MaxUIOp::create(b_, loc_, one, arith::DivUIOp::create(b_, loc_, index_cst(b_, loc_, pipeline_), width));
         Value nfull = arith::DivUIOp::create(b_, loc_, ext_[p], step);
         Value done = arith::MulIOp::create(b_, loc_, nfull, step);
         Value rest = arith::SubIOp::create(b_, loc_, ext_[p], done);
