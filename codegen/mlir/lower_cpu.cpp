@@ -1,5 +1,7 @@
 // NormSpec -> MLIR for the CPU (lower.h): linalg.generic ops on strided memrefs, the shared
-// reduction algorithm (algorithm.h) with statistics held in small buffers.
+// reduction algorithm (algorithm.h) with statistics held in small buffers; with the schedule's
+// pipeline_elements, a call's rows in steps, each step's map fused with the next step's first
+// sweep (emit_pipelined).
 #include "codegen/mlir/lower.h"
 
 #include "codegen/mlir/algorithm.h"
