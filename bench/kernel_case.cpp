@@ -279,6 +279,7 @@ void KernelCase::setup(uint64_t seed, const Registry::Kernel *forward) {
         args_.push_back(std::move(g));
     }
 
+    choose_sample_axis();
     if (spec_.grad) {
         if (!forward) throw std::logic_error("a backward case needs the full kernel of its forward layer");
         fill_saved_statistics(*forward, seed);
@@ -370,6 +371,38 @@ void KernelCase::run_checked() const {
     run_kernel(*k_, views);
 }
 
+void KernelCase::choose_sample_axis() {
+    const NormSpec &spec = *k_->spec;
+    sample_axis_ = outer_axis_;
+    sample_extent_ = outer_extent_;
+    sample_whole_ = spec_.full_reference;
+    for (Arg &g : args_) g.sample_pos = g.has_outer ? 0 : -1;
+    if (!spec_.full_reference || spec_.full_reference_elements <= 0 || args_.empty() || args_[0].numel <= spec_.full_reference_elements ||
+        !k_->plan)
+        return;
+    // An axis no reduction reduces and every output has (the plan's split axes), atomic in every
+    // tensor (so that it is one dimension of each); each of its indices is a layer of its own.
+    for (AxisId a : k_->plan->split_axes) {
+        if (a == outer_axis_ || spec.axes[a].is_split() || extents_.at((size_t)a) < 2) continue;
+        std::vector<int> pos;
+        bool atomic = true;
+        for (const Arg &g : args_) {
+            const std::vector<AxisId> &dims =
+                g.arg->role == KernelArg::Output ? spec.find_output(g.arg->name)->dims : spec.find_tensor(g.arg->name)->dims;
+            for (AxisId d : dims) atomic = atomic && !spec.axes[d].is_split();
+            const auto it = std::find(dims.begin(), dims.end(), a);
+            pos.push_back(it == dims.end() ? -1 : (int)(it - dims.begin()));
+            if (g.arg->role == KernelArg::Output && pos.back() < 0) atomic = false;
+        }
+        if (!atomic) continue;
+        sample_axis_ = a;
+        sample_extent_ = extents_.at((size_t)a);
+        sample_whole_ = false;
+        for (size_t i = 0; i < args_.size(); ++i) args_[i].sample_pos = pos[i];
+        return;
+    }
+}
+
 OutputCheckSummary KernelCase::check_outputs(uint64_t seed) const {
     const NormSpec &spec = *k_->spec;
     OutputCheckSummary r;
@@ -387,34 +420,41 @@ OutputCheckSummary KernelCase::check_outputs(uint64_t seed) const {
 
     // 2. The float64 reference on a sample of the outermost axis (or all of it).
     std::vector<int64_t> idx;
-    if (spec_.full_reference || outer_extent_ <= 6) {
-        for (int64_t i = 0; i < outer_extent_; ++i) idx.push_back(i);
+    const int64_t extent = sample_extent_;
+    if (sample_whole_ || extent <= 6) {
+        for (int64_t i = 0; i < extent; ++i) idx.push_back(i);
     } else {
         // Up to 9 indices, fewer when each is big (at most ~4M sampled elements, at least 3):
         // the first, the last, the middle, then random ones.
-        const int64_t block = std::max<int64_t>(1, args_.at(0).numel / outer_extent_);
-        const int64_t want = std::min<int64_t>(outer_extent_, std::clamp<int64_t>((int64_t(4) << 20) / block, 3, 9));
-        std::set<int64_t> s{0, outer_extent_ - 1, outer_extent_ / 2};
+        const int64_t block = std::max<int64_t>(1, args_.at(0).numel / extent);
+        const int64_t want = std::min<int64_t>(extent, std::clamp<int64_t>((int64_t(4) << 20) / block, 3, 9));
+        std::set<int64_t> s{0, extent - 1, extent / 2};
         std::mt19937_64 rng(seed ^ 0xc0ffee);
-        while ((int64_t)s.size() < want) s.insert((int64_t)(rng() % (uint64_t)outer_extent_));
+        while ((int64_t)s.size() < want) s.insert((int64_t)(rng() % (uint64_t)extent));
         idx.assign(s.begin(), s.end());
     }
     const int64_t k = (int64_t)idx.size();
+    // The sampled indices of a tensor along its sampled dimension (all of a tensor without it).
     auto gather = [&](const Arg &g) {
         HostTensor h;
         h.shape = g.shape;
         const size_t es = dtype_size(g.arg->dtype);
-        if (!g.has_outer) {
+        if (g.sample_pos < 0) {
             h.data = decode(g.mem.data(), (size_t)g.numel, g.arg->dtype);
             return h;
         }
-        const int64_t block = g.numel / outer_extent_;
-        h.shape[0] = k;
-        h.data.reserve((size_t)(block * k));
-        for (int64_t i : idx) {
-            std::vector<double> d = decode(g.mem.data() + (size_t)(i * block) * es, (size_t)block, g.arg->dtype);
-            h.data.insert(h.data.end(), d.begin(), d.end());
+        int64_t outer = 1, inner = 1;
+        for (int i = 0; i < (int)g.shape.size(); ++i) {
+            if (i < g.sample_pos) outer *= g.shape[(size_t)i];
+            if (i > g.sample_pos) inner *= g.shape[(size_t)i];
         }
+        h.shape[(size_t)g.sample_pos] = k;
+        h.data.reserve((size_t)(outer * inner * k));
+        for (int64_t o = 0; o < outer; ++o)
+            for (int64_t i : idx) {
+                std::vector<double> d = decode(g.mem.data() + (size_t)((o * extent + i) * inner) * es, (size_t)inner, g.arg->dtype);
+                h.data.insert(h.data.end(), d.begin(), d.end());
+            }
         return h;
     };
     auto gather_inputs = [&] {
@@ -424,11 +464,11 @@ OutputCheckSummary KernelCase::check_outputs(uint64_t seed) const {
         return inputs;
     };
     for (const Arg &g : args_)
-        if (g.arg->role == KernelArg::Output && !g.has_outer && k != outer_extent_) {
+        if (g.arg->role == KernelArg::Output && g.sample_pos < 0 && k != extent) {
             r.message = "output '" + g.arg->name + "' does not span the sampled axis; the case needs full_reference";
             return r;
         }
-    const bool full = k == outer_extent_;
+    const bool full = k == extent && sample_axis_ == outer_axis_;
     TensorMap sampled_ref;
     if (full && full_ref_.empty()) full_ref_ = evaluate_reference(spec, gather_inputs(), {}, {k_->storage()});
     if (!full) sampled_ref = evaluate_reference(spec, gather_inputs(), {}, {k_->storage()});
@@ -463,8 +503,8 @@ OutputCheckSummary KernelCase::check_outputs(uint64_t seed) const {
     }
     r.pass = true;
     std::ostringstream m;
-    m << "checked " << checked << " output elements (" << (k == outer_extent_ ? std::string("all") : std::to_string(k) + " of " +
-                                                          std::to_string(outer_extent_)) << " " << spec.axes[outer_axis_].name
+    m << "checked " << checked << " output elements (" << (k == extent ? std::string("all") : std::to_string(k) + " of " +
+                                                          std::to_string(extent)) << " " << spec.axes[sample_axis_].name
       << ") against the float64 reference: worst error " << fmt(worst) << " of the bound (" << worst_where << ")";
     r.message = m.str();
     return r;

@@ -31,6 +31,12 @@ struct CaseSpec {
     //          samples of GroupNorm, BatchNorm eval);
     //   true:  the whole tensor (BatchNorm train, whose statistics reduce over n).
     bool full_reference = false;
+    // A full_reference case whose first tensor has more elements than this is checked on a
+    // sample of an axis no statistic reduces over and every output spans (BatchNorm training: its
+    // channels), each sampled index evaluated whole: the float64 reference of a DRAM-sized tensor
+    // does not fit in memory (BatchNorm training 1024 x 256 x 56 x 56 in bf16 took normgen-measure
+    // past 24 GB). 0: always the whole tensor.
+    int64_t full_reference_elements = int64_t(1) << 25;
     // The backward kernel of `layer` (Registry::select_grad) instead of the forward: its saved
     // statistics (mu, rstd, ...) are what the forward kernel computes from the case's x, its
     // upstream gradients d_<out> random like x.
@@ -95,6 +101,7 @@ public:
 private:
     void setup(uint64_t seed, const Registry::Kernel *forward);
     void fill_saved_statistics(const Registry::Kernel &forward, uint64_t seed);
+    void choose_sample_axis();
     OutputCheckSummary check_outputs(uint64_t seed) const;
 
     CaseSpec spec_;
@@ -109,10 +116,16 @@ private:
         int64_t numel = 0;
         HostBuffer mem;
         bool has_outer = false;      // the tensor spans the outermost axis (else: same in every slice)
+        int sample_pos = -1;         // the dimension of the sampled axis (sample_axis_), -1 when it lacks it
     };
     std::vector<Arg> args_;
     int outer_axis_ = -1;
     int64_t outer_extent_ = 0;
+    // The axis the reference check samples: the outermost, or for a big full_reference case
+    // another split axis (CaseSpec::full_reference_elements).
+    int sample_axis_ = -1;
+    int64_t sample_extent_ = 0;
+    bool sample_whole_ = false;  // every index of the sampled axis (full_reference, not cut)
     std::vector<int64_t> extents_;   // per atomic axis
     std::vector<std::vector<halide_dimension_t>> dims_;
     std::vector<halide_buffer_t> bufs_;

@@ -1,5 +1,6 @@
 #include "codegen/common/schedule_record.h"
 
+#include "codegen/common/tuning_keys.h"
 #include "runtime/errors.h"
 
 #include <algorithm>
@@ -247,10 +248,10 @@ std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &p
     if (pair_reduced) add("fuse_reduced_axes", {0, 1});
     if (pair_reduced && plan.layout == LayoutClass::Row) add("multi_axis_accumulators", {0, 1});
     // A short innermost axis as a constant (its loops, masks and the indices through it fold).
-    if (inner_extent > 1 && inner_extent <= 1024) add("fixed_inner_extent", {0, inner_extent});
+    if (inner_extent > 1 && inner_extent <= kExactInnerWidth) add("fixed_inner_extent", {0, inner_extent});
     // Vectors across the groups read x densely only where the group's width is a constant
     // (GroupNorm NHWC 2 x 64 x 64 x 320 on AVX-512: 0.8 GB/s without, 25 with, 6.9 the default).
-    if (plan.inner_pair_grouped && inner_extent > 1 && inner_extent <= 1024) {
+    if (plan.inner_pair_grouped && inner_extent > 1 && inner_extent <= kExactInnerWidth) {
         add("group_vectors", {0, 1});
         if (!space.empty() && space.back().knob == "group_vectors") space.back().with = {{"fixed_inner_extent", inner_extent}};
     }

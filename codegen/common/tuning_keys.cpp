@@ -148,12 +148,16 @@ double cpu_distance(const CpuFingerprint &a, const CpuFingerprint &b) {
            (a.vendor == b.vendor ? 0.0 : 1.0);
 }
 
-int extent_bucket(int64_t extent) {
+int extent_bucket(int64_t extent, bool innermost) {
     if (extent <= 8) return (int)std::max<int64_t>(extent, 0);
+    if (innermost && extent <= kExactInnerWidth) return kExactBucket + (int)extent;
     return 1000 + (int)std::lround(std::log2((double)extent));
 }
 
-std::string bucket_text(int bucket) { return bucket >= 1000 ? "2^" + std::to_string(bucket - 1000) : std::to_string(bucket); }
+std::string bucket_text(int bucket) {
+    if (bucket >= kExactBucket) return std::to_string(bucket - kExactBucket);
+    return bucket >= 1000 ? "2^" + std::to_string(bucket - 1000) : std::to_string(bucket);
+}
 
 std::string ShapeClass::key() const {
     std::string s = dtype + "|";
@@ -193,7 +197,8 @@ int64_t plan_bytes(const NormSpec &spec, const KernelPlan &plan, const std::vect
 ShapeClass shape_class(const NormSpec &spec, const KernelPlan &plan, const std::vector<int64_t> &extents, const CpuFingerprint &cpu) {
     ShapeClass c;
     c.dtype = dtype_name(plan.dtype);
-    for (AxisId a : plan.main_order) c.buckets.push_back({spec.axes[a].name, extent_bucket(extents.at((size_t)a))});
+    for (AxisId a : plan.main_order)
+        c.buckets.push_back({spec.axes[a].name, extent_bucket(extents.at((size_t)a), a == plan.main_order.back())});
     const int64_t inner = plan.main_order.empty() ? 1 : extents.at((size_t)plan.main_order.back());
     for (int m : {16, 8, 4, 2, 1})
         if (inner % m == 0) {
@@ -206,20 +211,38 @@ ShapeClass shape_class(const NormSpec &spec, const KernelPlan &plan, const std::
     return c;
 }
 
-double shape_distance(const ShapeClass &a, const ShapeClass &b) {
+namespace {
+
+double bucket_log2(int bucket) {
+    if (bucket >= kExactBucket) return std::log2(double(bucket - kExactBucket));
+    return bucket >= 1000 ? double(bucket - 1000) : std::log2(std::max(1, bucket));
+}
+
+// The octaves between the buckets (infinite when the axes differ, or, `strict`, when a small
+// exact extent differs).
+double bucket_octaves(const ShapeClass &a, const ShapeClass &b, bool strict) {
     const double inf = std::numeric_limits<double>::infinity();
-    if (a.dtype != b.dtype || a.footprint != b.footprint || a.inner_multiple != b.inner_multiple || a.buckets.size() != b.buckets.size())
-        return inf;
+    if (a.buckets.size() != b.buckets.size()) return inf;
     double d = 0;
     for (size_t i = 0; i < a.buckets.size(); ++i) {
         if (a.buckets[i].first != b.buckets[i].first) return inf;
-        auto lg = [](int bucket) { return bucket >= 1000 ? double(bucket - 1000) : std::log2(std::max(1, bucket)); };
         // Small exact extents (a 7 x 7 plane) differ in kind, not only in size: keep them apart.
         const int x = a.buckets[i].second, y = b.buckets[i].second;
-        if (x != y && (x < 1000 || y < 1000)) return inf;
-        d += std::fabs(lg(x) - lg(y));
+        if (strict && x != y && (x < 1000 || y < 1000)) return inf;
+        d += std::fabs(bucket_log2(x) - bucket_log2(y));
     }
     return d;
+}
+
+}  // namespace
+
+double shape_distance(const ShapeClass &a, const ShapeClass &b) {
+    if (a.dtype != b.dtype || a.footprint != b.footprint || a.inner_multiple != b.inner_multiple) return std::numeric_limits<double>::infinity();
+    return bucket_octaves(a, b, true);
+}
+
+double loose_shape_distance(const ShapeClass &a, const ShapeClass &b) {
+    return bucket_octaves(a, b, false) + (a.footprint != b.footprint) + (a.inner_multiple != b.inner_multiple) + 2.0 * (a.dtype != b.dtype);
 }
 
 double tuned_match_score(const ShapeClass &call, const CpuFingerprint &here, const ShapeClass &tuned, const CpuFingerprint &there) {

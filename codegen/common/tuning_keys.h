@@ -61,14 +61,23 @@ struct ShapeClass {
     int inner_multiple = 1;   // the largest of 16, 8, 4, 2, 1 dividing the innermost extent
     std::string footprint;    // "l2" | "l3" | "dram": the call's bytes against the threads' L2 and the L3
 
-    std::string key() const;  // "f32|rows=2^12,d=2^12|m16|dram"
+    std::string key() const;  // "f32|rows=2^12,d=2^12|m16|dram", "f32|rows=2^14,d=768|m16|l3"
     nlohmann::json to_json() const;
     static ShapeClass from_json(const nlohmann::json &j);
     bool operator==(const ShapeClass &o) const { return key() == o.key(); }
 };
 
-// The bucket of one extent: the extent itself up to 8, else 1000 + round(log2(extent)) (printed 2^k).
-int extent_bucket(int64_t extent);
+// The innermost axis is bucketed exactly up to this width: the widths a tuned kernel may bake in
+// (the knob fixed_inner_extent), so that a class holds one of them (LayerNorm's 768 and 1024 wide
+// rows, both 2^10 in log2, were one class whose 768-wide winner refused the 1024-wide calls).
+constexpr int64_t kExactInnerWidth = 1024;
+
+// The bucket of one extent: the extent itself up to 8, else 1000 + round(log2(extent)) (printed
+// 2^k); `innermost` and from 9 up to kExactInnerWidth: kExactBucket + the extent (printed as it
+// is). Small exact extents (a 7 x 7 plane) are a kind of their own; exact innermost widths are
+// as near to each other, and to the powers of two, as their log2 says.
+constexpr int kExactBucket = 100000;
+int extent_bucket(int64_t extent, bool innermost = false);
 std::string bucket_text(int bucket);
 
 // The bytes one call moves at the floor: every input and parameter read once, every output of the
@@ -83,6 +92,12 @@ ShapeClass shape_class(const NormSpec &spec, const KernelPlan &plan, const std::
 // (exact buckets count as log2 of the extent). kNearShape: the most that still uses a tuned schedule.
 double shape_distance(const ShapeClass &a, const ShapeClass &b);
 constexpr double kNearShape = 2.0;
+
+// How far apart two classes are for a warm start (`normgen tune` seeds a class with the winners of
+// its neighbours): the octaves between the buckets as in shape_distance, small exact extents by
+// their log2 too, plus 1 for another footprint, 1 for another alignment class and 2 for another
+// storage type; infinite only when the axes differ.
+double loose_shape_distance(const ShapeClass &a, const ShapeClass &b);
 
 // How well a schedule tuned for (tuned, there) fits a call of class `call` on `here`: infinity when
 // it may not be used (the shape class or the CPU too far, see above), else smaller is nearer (the

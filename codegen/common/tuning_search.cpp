@@ -5,13 +5,39 @@
 namespace normgen {
 
 void CoordinateSearch::add_backend(const std::string &backend, const ScheduleRecord &defaults, const std::vector<KnobChoice> &space) {
-    State s{defaults, std::nullopt, space, {defaults.text()}};
+    State s{defaults, std::nullopt, space, {defaults.text()}, {}, defaults};
     state_.erase(backend);
     state_.emplace(backend, std::move(s));
     if (std::find(order_.begin(), order_.end(), backend) == order_.end()) order_.push_back(backend);
 }
 
 std::vector<std::string> CoordinateSearch::backends() const { return order_; }
+
+bool seed_fits(const ScheduleRecord &r, const ScheduleRecord &defaults, const std::vector<KnobChoice> &space) {
+    if (r.kind() != defaults.kind()) return false;
+    for (const auto &[knob, value] : r.values()) {
+        if (value == defaults.get(knob)) continue;
+        const auto k = std::find_if(space.begin(), space.end(), [&](const KnobChoice &c) { return c.knob == knob; });
+        bool offered = k != space.end() && std::count(k->values.begin(), k->values.end(), value);
+        // A knob set together with another one (group_vectors with the group's width) is offered there.
+        for (const KnobChoice &c : space)
+            for (const auto &[w, wv] : c.with)
+                offered = offered || (w == knob && wv == value && r.get(c.knob) != 0);
+        if (!offered) return false;
+    }
+    return true;
+}
+
+bool CoordinateSearch::add_seed(const std::string &backend, const ScheduleRecord &r, const std::string &provenance) {
+    auto it = state_.find(backend);
+    if (it == state_.end() || !seed_fits(r, it->second.defaults, it->second.space)) return false;
+    State &s = it->second;
+    const std::string text = r.text();
+    if (std::find(s.tried.begin(), s.tried.end(), text) != s.tried.end()) return false;
+    s.tried.push_back(text);
+    seeds_.push_back({backend, r, "", provenance});
+    return true;
+}
 
 void CoordinateSearch::add_candidates(const std::string &backend, State &s, size_t knob) {
     const KnobChoice &k = s.space[knob];
@@ -30,6 +56,10 @@ void CoordinateSearch::add_candidates(const std::string &backend, State &s, size
 
 std::vector<SearchCandidate> CoordinateSearch::next() {
     batch_.clear();
+    if (!seeds_.empty()) {
+        batch_.swap(seeds_);
+        return batch_;
+    }
     for (;;) {
         size_t longest = 0;
         for (const auto &[b, s] : state_) longest = std::max(longest, s.space.size());

@@ -1,6 +1,11 @@
 // The tuner's search strategy, apart from compiling and timing (codegen/driver/tune.cpp drives it):
 // coordinate descent over each backend's schedule space, from its default record.
 //
+//   add_seed() a warm start: a schedule that won a neighbouring class (the same layer on this CPU),
+//             timed in the first batch beside the defaults; one that wins becomes its backend's
+//             best and the descent goes on from it. Only a record inside the space (every knob at
+//             the default's value or one the space offers, seeds_fit()) is taken: a constant width
+//             of another class or streaming stores a shape cannot take would only fail.
 //   next()    the next batch: for one knob per backend (in the space's order), every value of that
 //             knob not yet tried, set on that backend's best record so far; a backend whose best is
 //             more than 25% slower than the fastest backend's sits out while another has a knob at
@@ -33,13 +38,22 @@ struct SearchTiming {
 struct SearchCandidate {
     std::string backend;
     ScheduleRecord record;
-    std::string knob;  // the knob this candidate changed ("" for a default)
+    std::string knob;  // the knob this candidate changed ("" for a seed)
+    std::string seed;  // a seed's provenance (add_seed), "" otherwise
 };
+
+// Whether `r` lies in `space` around `defaults`: every knob at the default's value or at one of the
+// values the space offers for it.
+bool seed_fits(const ScheduleRecord &r, const ScheduleRecord &defaults, const std::vector<KnobChoice> &space);
 
 class CoordinateSearch {
 public:
     // Per backend: its default record and its space (schedule_space()).
     void add_backend(const std::string &backend, const ScheduleRecord &defaults, const std::vector<KnobChoice> &space);
+
+    // A warm start for an added backend (see above); false, and nothing added, when `r` is not in
+    // the backend's space or was already tried (the default). Seeds come in the first batch.
+    bool add_seed(const std::string &backend, const ScheduleRecord &r, const std::string &provenance);
 
     // The next batch of new candidates; empty when done.
     std::vector<SearchCandidate> next();
@@ -61,11 +75,12 @@ private:
         std::vector<KnobChoice> space;
         std::vector<std::string> tried;  // records' text
         std::vector<size_t> sat_out;     // knobs (indices into space) skipped this pass for the race
+        ScheduleRecord defaults;
     };
     void add_candidates(const std::string &backend, State &s, size_t knob);
     std::map<std::string, State> state_;
     std::vector<std::string> order_;  // backends in the order added
-    std::vector<SearchCandidate> batch_;
+    std::vector<SearchCandidate> batch_, seeds_;
     size_t knob_ = 0;
     int pass_ = 0;
     bool moved_ = false, moved_this_pass_ = false;

@@ -723,6 +723,39 @@ private:
 
     std::string gbps(const State &s, const Timing &t) const { return fmt((double)s.job->limit.bytes / t.median / 1e9) + " GB/s"; }
 
+    // Warm starts (CoordinateSearch::add_seed): the schedules this layer's index chose for other
+    // classes on this CPU, nearest first (loose_shape_distance: octaves between the buckets, another
+    // footprint, alignment class or storage type counting too), three at most; those outside this
+    // class's space are left out by the search.
+    void add_seeds(CoordinateSearch &search, const ClassJob &j) {
+        std::vector<std::string> notes;
+        std::vector<TuningRecord> prior;
+        try {
+            prior = db_.best(j.spec->name, kernel_identity(*j.spec), &notes);
+        } catch (const UserError &) {
+            return;  // an unreadable index: no warm start (compaction says why)
+        }
+        const std::string here = this_cpu().key();
+        std::vector<std::pair<double, const TuningRecord *>> near;
+        for (const TuningRecord &r : prior) {
+            if (r.cpu.key() != here || r.variant != "core" || r.role == "autoscheduler" || r.shape.key() == j.shape.key()) continue;
+            const double d = loose_shape_distance(j.shape, r.shape);
+            if (std::isfinite(d)) near.push_back({d, &r});
+        }
+        std::stable_sort(near.begin(), near.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
+        int taken = 0;
+        for (const auto &[d, r] : near) {
+            if (taken == 3) break;
+            const ScheduleKind kind = r->backend == "halide" ? ScheduleKind::HalideCpu : ScheduleKind::MlirCpu;
+            try {
+                const ScheduleRecord rec = ScheduleRecord::from_json(r->schedule, kind, db_.best_path(j.spec->name));
+                if (search.add_seed(r->backend, rec, "winner of " + r->shape.key())) ++taken;
+            } catch (const UserError &) {
+                // a record of another knob set: not a seed
+            }
+        }
+    }
+
     void tune_class(const ClassJob &j) {
         State s;
         s.job = &j;
@@ -799,6 +832,7 @@ private:
         CoordinateSearch search;
         for (const std::string &b : backends)
             if (s.best.count(b)) search.add_backend(b, b == "halide" ? hdef : mdef, space[b]);
+        add_seeds(search, j);
         std::map<std::string, size_t> by_record;  // backend|record text -> index into s.all
         for (const auto &[b, i] : s.best) by_record[b + "|" + (b == "halide" ? hdef : mdef).text()] = i;
         while (!g_interrupts && now_s() - s.t0 + s.final_guess <= o_.budget_s) {
@@ -813,7 +847,9 @@ private:
             for (size_t n = 0; n < proposed.size(); ++n) {
                 const SearchCandidate &p = proposed[n];
                 Candidate c{p.backend, "", p.record.to_json(),
-                            p.backend + " " + p.knob + "=" + std::to_string(p.record.get(p.knob)) + " (from " + s.all[s.best[p.backend]].label + ")", ""};
+                            p.knob.empty() ? p.backend + " " + p.seed
+                                           : p.backend + " " + p.knob + "=" + std::to_string(p.record.get(p.knob)) + " (from " + s.all[s.best[p.backend]].label + ")",
+                            ""};
                 progress_.status("  " + head + ": compiling " + c.label);
                 if (!prepare(s, c)) continue;
                 s.all.push_back(c);

@@ -153,6 +153,41 @@ TEST_CASE("the check rejects a baseline that is off by 1e-3 in one element, leav
     }
 }
 
+TEST_CASE("a big BatchNorm training case is checked on a sample of its channels, and the check still fails a spoiled output", "[bench]") {
+    // The whole float64 reference of a DRAM-sized BatchNorm (statistics over n, h, w) does not fit
+    // in memory; each channel is a layer of its own, so a few whole channels are checked.
+    configure_threads();
+    CaseSpec c;
+    c.layer = "batch_norm_train";
+    c.dtype = DType::F32;
+    c.sizes = {{"n", 3}, {"c", 40}, {"h", 5}, {"w", 7}};
+    c.shape_label = "3x40x5x7";
+    c.full_reference = true;
+    c.full_reference_elements = 1000;  // 4200 elements: past it
+    KernelCase kc(registry(), c, 31);
+    REQUIRE(kc.error() == "");
+    INFO(kc.check_message());
+    CHECK(kc.check_message().find("of 40 c)") != std::string::npos);
+    const int64_t n = 3 * 40 * 5 * 7;
+    int vendors = 0;
+    for (const char *name : {"onednn", "torch"}) {
+        std::string why;
+        std::unique_ptr<Baseline> b = make_baseline(name, kc.tensors(), &why);
+        if (!b) continue;
+        ++vendors;
+        CHECK(kc.check_baseline(*b) == "");
+        // Element n / 2 is in channel 20, the middle one, always among those sampled.
+        Spoiled s(make_baseline(name, kc.tensors(), &why), kc.tensors(), Spoiled::Scale, "y", n);
+        CHECK(kc.check_baseline(s) != "");
+    }
+    CHECK(vendors >= 1);
+    // Below the limit: every element against the whole reference.
+    c.full_reference_elements = 0;
+    KernelCase whole(registry(), c, 31);
+    REQUIRE(whole.error() == "");
+    CHECK(whole.check_message().find("(all n)") != std::string::npos);
+}
+
 // ---- The backward grid -----------------------------------------------------------------------
 
 namespace {

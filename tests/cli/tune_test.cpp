@@ -61,7 +61,7 @@ TEST_CASE("tune: a tiny run writes verified records, one choice, and the index",
     const TinyRun &t = tiny();
     INFO(t.r.out);
     REQUIRE(t.r.code == 0);
-    CHECK(t.r.out.find("rms_norm f32 [f32|rows=2^6,d=2^8|m16|l2]: chose") != std::string::npos);
+    CHECK(t.r.out.find("rms_norm f32 [f32|rows=2^6,d=256|m16|l2]: chose") != std::string::npos);
     const std::vector<json> recs = read_lines(t.db / "records" / "rms_norm.jsonl");
     REQUIRE(recs.size() >= 3);  // both defaults in the first batch, then the last batch
     int chosen_in_last = 0;
@@ -70,7 +70,7 @@ TEST_CASE("tune: a tiny run writes verified records, one choice, and the index",
         CHECK(r["schema"] == 1);
         CHECK(r["identity"]["layer"] == "rms_norm");
         CHECK(r["identity"]["decl_hash"].get<std::string>().size() == 16);
-        CHECK(r["shape"]["key"] == "f32|rows=2^6,d=2^8|m16|l2");
+        CHECK(r["shape"]["key"] == "f32|rows=2^6,d=256|m16|l2");
         CHECK(r["cpu"]["threads"].get<int>() >= 1);
         CHECK(r["result"]["median_s"].get<double>() > 0);
         CHECK(r["result"]["p20_s"].get<double>() <= r["result"]["p80_s"].get<double>());
@@ -112,7 +112,7 @@ TEST_CASE("describe --shape: the tuned choice for the class, or the default and 
     Result r = normgen_cli("describe " + catalog("rms_norm") + " --shape rows=64,d=256 --db " + t.db.string());
     INFO(r.out);
     CHECK(r.code == 0);
-    CHECK(r.out.find("shape class: f32|rows=2^6,d=2^8|m16|l2") != std::string::npos);
+    CHECK(r.out.find("shape class: f32|rows=2^6,d=256|m16|l2") != std::string::npos);
     CHECK(r.out.find("schedule: tuned,") != std::string::npos);
     Result other = normgen_cli("describe " + catalog("rms_norm") + " --shape rows=64,d=7 --db " + t.db.string());
     CHECK(other.code == 0);

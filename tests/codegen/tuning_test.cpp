@@ -78,6 +78,11 @@ TEST_CASE("shape classes bucket the axes, the innermost alignment and the footpr
     CHECK(extent_bucket(7) == 7);
     CHECK(bucket_text(extent_bucket(4096)) == "2^12");
     CHECK(bucket_text(extent_bucket(768)) == "2^10");  // 768 rounds to 1024 in log2
+    // The innermost axis is exact up to kExactInnerWidth (the widths fixed_inner_extent bakes in).
+    CHECK(bucket_text(extent_bucket(768, true)) == "768");
+    CHECK(bucket_text(extent_bucket(1024, true)) == "1024");
+    CHECK(bucket_text(extent_bucket(1025, true)) == "2^10");
+    CHECK(extent_bucket(7, true) == 7);
     const ShapeClass big = shape_class(ln, plan, extents_from_sizes(ln, {{"rows", 16384}, {"d", 8192}}), epyc);
     CHECK(big.key() == "f32|rows=2^14,d=2^13|m16|dram");
     const ShapeClass small = shape_class(ln, plan, extents_from_sizes(ln, {{"rows", 8}, {"d", 4097}}), epyc);
@@ -93,6 +98,15 @@ TEST_CASE("shape classes bucket the axes, the innermost alignment and the footpr
     CHECK(std::isinf(shape_distance(small, shape_class(ln, plan, extents_from_sizes(ln, {{"rows", 7}, {"d", 4097}}), epyc))));
     CHECK(std::isinf(shape_distance(a, small)));
     CHECK(ShapeClass::from_json(a.to_json()) == a);
+    // BERT's 768-wide rows and ViT-L's 1024-wide rows: two classes (a kernel tuned for one width
+    // may bake it in), near enough that either serves the other when only one is tuned.
+    const ShapeClass bert = shape_class(ln, plan, extents_from_sizes(ln, {{"rows", 16384}, {"d", 768}}), cpu("avx512", 260));
+    const ShapeClass vit = shape_class(ln, plan, extents_from_sizes(ln, {{"rows", 12608}, {"d", 1024}}), cpu("avx512", 260));
+    CHECK(bert.key() == "f32|rows=2^14,d=768|m16|l3");
+    CHECK(vit.key() == "f32|rows=2^14,d=1024|m16|l3");
+    CHECK(shape_distance(bert, vit) == Approx(std::log2(1024.0 / 768)));
+    CHECK(shape_distance(vit, shape_class(ln, plan, extents_from_sizes(ln, {{"rows", 12608}, {"d", 2048}}), cpu("avx512", 260))) == Approx(1.0));
+    CHECK(ShapeClass::from_json(bert.to_json()) == bert);
 }
 
 TEST_CASE("CPU fingerprints: this machine, JSON, and the distance that decides dispatch", "[tuning]") {
@@ -293,6 +307,57 @@ TEST_CASE("the search finds a schedule planted in a toy space, and a rejected ca
     CHECK(s.best("halide").flag("row_in_cache"));
     CHECK(s.best("halide").get("vector_width") == def.get("vector_width"));
     CHECK(batches <= 20);
+}
+
+TEST_CASE("a seed from a neighbouring class comes first, wins when faster, and must lie in the space", "[tuning]") {
+    const NormSpec rms = catalog("rms_norm");
+    const KernelPlan plan = make_plan(rms, DType::F32, Variant::Core);
+    const ScheduleRecord def = choose_schedule(plan, ScheduleKind::HalideCpu, Isa::Avx512);
+    const std::vector<KnobChoice> space = schedule_space(rms, plan, def, 8192);
+    // The neighbour's winner: two knobs away from the default, each alone no faster (a descent
+    // from the default would not find it).
+    ScheduleRecord won = def;
+    won.set("row_accumulators", 1);
+    won.set("min_task_elements", 262144);
+    CHECK(seed_fits(won, def, space));
+    ScheduleRecord narrow = def;  // a 768-wide constant: not offered for 8192-wide rows
+    narrow.set("fixed_inner_extent", 768);
+    CHECK_FALSE(seed_fits(narrow, def, space));
+    CoordinateSearch s;
+    s.add_backend("halide", def, space);
+    CHECK_FALSE(s.add_seed("halide", narrow, "winner of a 768-wide class"));
+    CHECK_FALSE(s.add_seed("halide", def, "the default again"));
+    CHECK_FALSE(s.add_seed("mlir", won, "a backend not searched"));
+    REQUIRE(s.add_seed("halide", won, "winner of f32|rows=2^14,d=2^13|m16|dram"));
+    CHECK_FALSE(s.add_seed("halide", won, "twice"));
+    const std::vector<SearchCandidate> first = s.next();
+    REQUIRE(first.size() == 1);
+    CHECK(first[0].seed == "winner of f32|rows=2^14,d=2^13|m16|dram");
+    CHECK(first[0].knob.empty());
+    s.report({{"halide", {1.0, 0.99, 1.01}}}, {SearchTiming{0.7, 0.69, 0.71}});
+    CHECK(s.best("halide") == won);
+    // The descent goes on from the seed, which is not proposed again.
+    for (std::vector<SearchCandidate> batch = s.next(); !batch.empty(); batch = s.next()) {
+        for (const SearchCandidate &c : batch) {
+            CHECK_FALSE(c.record == won);
+            CHECK(c.seed.empty());
+        }
+        s.report({{"halide", {0.7, 0.69, 0.71}}}, std::vector<std::optional<SearchTiming>>(batch.size(), SearchTiming{0.9, 0.89, 0.91}));
+    }
+    CHECK(s.best("halide") == won);
+    // The warm start's order: the same storage type and the nearest buckets first.
+    const CpuFingerprint x = cpu("avx512", 480);
+    auto cls = [&](int64_t r, int64_t d, DType t) {
+        const KernelPlan p = make_plan(rms, t, Variant::Core);
+        return shape_class(rms, p, extents_from_sizes(rms, {{"rows", r}, {"d", d}}), x);
+    };
+    const ShapeClass call = cls(65536, 8192, DType::BF16);
+    CHECK(loose_shape_distance(call, cls(16384, 8192, DType::BF16)) == Approx(2.0));        // 2 octaves of rows, both DRAM
+    CHECK(loose_shape_distance(call, cls(65536, 8192, DType::F32)) == Approx(2.0));         // another type
+    CHECK(loose_shape_distance(call, cls(4096, 8192, DType::BF16)) == Approx(5.0));         // 4 octaves, L3
+    const NormSpec bn = catalog("batch_norm_eval");
+    CHECK(std::isinf(loose_shape_distance(
+        call, shape_class(bn, make_plan(bn, DType::BF16, Variant::Core), extents_from_sizes(bn, {{"n", 32}, {"c", 64}, {"h", 56}, {"w", 56}}), x))));
 }
 
 TEST_CASE("group_vectors is tried with the group's width as a constant", "[tuning]") {
