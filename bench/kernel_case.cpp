@@ -418,7 +418,8 @@ OutputCheckSummary KernelCase::check_outputs(uint64_t seed) const {
         }
     }
 
-    // 2. The float64 reference on a sample of the outermost axis (or all of it).
+    // 2. The float64 reference on a sample of the sampled axis (the outermost, or for a big
+    //    full_reference case a split axis: choose_sample_axis), or on all of it.
     std::vector<int64_t> idx;
     const int64_t extent = sample_extent_;
     if (sample_whole_ || extent <= 6) {
