@@ -251,6 +251,7 @@ void KernelCase::setup(uint64_t seed, const Registry::Kernel *forward) {
         Arg g;
         g.arg = &a;
         const std::vector<AxisId> &dims = a.role == KernelArg::Output ? spec.find_output(a.name)->dims : spec.find_tensor(a.name)->dims;
+        g.dims = &dims;
         g.shape = physical_shape(spec, dims, ext);
         g.numel = 1;
         for (int64_t s : g.shape) g.numel *= s;
@@ -387,8 +388,7 @@ void KernelCase::choose_sample_axis() {
         std::vector<int> pos;
         bool atomic = true;
         for (const Arg &g : args_) {
-            const std::vector<AxisId> &dims =
-                g.arg->role == KernelArg::Output ? spec.find_output(g.arg->name)->dims : spec.find_tensor(g.arg->name)->dims;
+            const std::vector<AxisId> &dims = *g.dims;
             for (AxisId d : dims) atomic = atomic && !spec.axes[d].is_split();
             const auto it = std::find(dims.begin(), dims.end(), a);
             pos.push_back(it == dims.end() ? -1 : (int)(it - dims.begin()));

@@ -112,6 +112,7 @@ private:
 
     struct Arg {
         const KernelArg *arg = nullptr;
+        const std::vector<AxisId> *dims = nullptr;  // the declaration's axes of the tensor
         std::vector<int64_t> shape;  // declared shape
         int64_t numel = 0;
         HostBuffer mem;

@@ -13,6 +13,13 @@ void CoordinateSearch::add_backend(const std::string &backend, const ScheduleRec
 
 std::vector<std::string> CoordinateSearch::backends() const { return order_; }
 
+bool CoordinateSearch::State::first_try(const ScheduleRecord &r) {
+    const std::string text = r.text();
+    if (std::find(tried.begin(), tried.end(), text) != tried.end()) return false;
+    tried.push_back(text);
+    return true;
+}
+
 bool seed_fits(const ScheduleRecord &r, const ScheduleRecord &defaults, const std::vector<KnobChoice> &space) {
     if (r.kind() != defaults.kind()) return false;
     for (const auto &[knob, value] : r.values()) {
@@ -31,10 +38,7 @@ bool seed_fits(const ScheduleRecord &r, const ScheduleRecord &defaults, const st
 bool CoordinateSearch::add_seed(const std::string &backend, const ScheduleRecord &r, const std::string &provenance) {
     auto it = state_.find(backend);
     if (it == state_.end() || !seed_fits(r, it->second.defaults, it->second.space)) return false;
-    State &s = it->second;
-    const std::string text = r.text();
-    if (std::find(s.tried.begin(), s.tried.end(), text) != s.tried.end()) return false;
-    s.tried.push_back(text);
+    if (!it->second.first_try(r)) return false;
     seeds_.push_back({backend, r, "", provenance});
     return true;
 }
@@ -47,9 +51,7 @@ void CoordinateSearch::add_candidates(const std::string &backend, State &s, size
         r.set(k.knob, v);
         if (v != 0)
             for (const auto &[knob_name, value] : k.with) r.set(knob_name, value);
-        const std::string text = r.text();
-        if (std::find(s.tried.begin(), s.tried.end(), text) != s.tried.end()) continue;
-        s.tried.push_back(text);
+        if (!s.first_try(r)) continue;
         batch_.push_back({backend, r, k.knob});
     }
 }

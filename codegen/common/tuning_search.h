@@ -74,6 +74,8 @@ private:
         std::optional<SearchTiming> best_time;
         std::vector<KnobChoice> space;
         std::vector<std::string> tried;  // records' text
+        // Whether `r` is new to this backend (then it counts as tried).
+        bool first_try(const ScheduleRecord &r);
         std::vector<size_t> sat_out;     // knobs (indices into space) skipped this pass for the race
         ScheduleRecord defaults;
     };

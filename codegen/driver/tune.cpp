@@ -728,10 +728,9 @@ private:
     // footprint, alignment class or storage type counting too), three at most; those outside this
     // class's space are left out by the search.
     void add_seeds(CoordinateSearch &search, const ClassJob &j) {
-        std::vector<std::string> notes;
         std::vector<TuningRecord> prior;
         try {
-            prior = db_.best(j.spec->name, kernel_identity(*j.spec), &notes);
+            prior = db_.best(j.spec->name, kernel_identity(*j.spec));
         } catch (const UserError &) {
             return;  // an unreadable index: no warm start (compaction says why)
         }
