@@ -11,7 +11,7 @@
 # choices are bandwidth measurements. The shipped database: 81 shape classes forward and 28
 # backward, about an hour and half an hour on 2 cores (AVX2); on an AMD EPYC with AVX-512, forward
 # f32 only, 64 classes at NORMGEN_TUNE_BUDGET=30 in 27 minutes; on an Intel Xeon with AVX-512 and
-# 480 MiB L3, forward f32 (77 classes, budget 30) and bf16 (18 classes, budget 100, 35 minutes:
+# 480 MiB L3, forward f32 (77 classes, budget 30, a few at 60-150) and bf16 (18 classes, budget 100, 35 minutes:
 # its DRAM-sized cases are 2 GiB); the backward classes of both AVX-512 machines are not tuned.
 set -euo pipefail
 cd "$(dirname "$0")/.."
