@@ -72,35 +72,55 @@ TuningRecord TuningRecord::from_json(const json &j) {
 
 std::string TuningRecord::key() const { return identity.layer + "|" + dtype + "|" + variant + "|" + shape.key() + "|" + cpu.key(); }
 
-std::string TuningDb::records_path(const std::string &layer) const { return (fs::path(dir_) / "records" / (layer + ".jsonl")).string(); }
+std::string TuningDb::records_path(const std::string &layer, const std::string &dtype, const CpuFingerprint &cpu) const {
+    return (fs::path(dir_) / "records" / layer / (dtype + "-" + cpu.slug() + ".jsonl")).string();
+}
 std::string TuningDb::best_path(const std::string &layer) const { return (fs::path(dir_) / "best" / (layer + ".json")).string(); }
+
+std::vector<std::string> TuningDb::record_files(const std::string &layer) const {
+    std::vector<std::string> files;
+    const fs::path legacy = fs::path(dir_) / "records" / (layer + ".jsonl");
+    std::error_code ec;
+    if (fs::is_regular_file(legacy, ec)) files.push_back(legacy.string());
+    std::vector<std::string> shards;
+    const fs::path folder = fs::path(dir_) / "records" / layer;
+    if (fs::is_directory(folder, ec))
+        for (const fs::directory_entry &e : fs::directory_iterator(folder, ec))
+            if (e.is_regular_file(ec) && e.path().extension() == ".jsonl") shards.push_back(e.path().string());
+    std::sort(shards.begin(), shards.end());
+    files.insert(files.end(), shards.begin(), shards.end());
+    return files;
+}
 
 std::vector<TuningRecord> TuningDb::records(const std::string &layer, std::vector<std::string> *notes) const {
     std::vector<TuningRecord> out;
-    const std::string path = records_path(layer);
-    std::ifstream in(path);
-    if (!in) return out;
-    std::string line;
-    for (int n = 1; std::getline(in, line); ++n) {
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        json j = json::parse(line, nullptr, false);
-        try {
-            if (j.is_discarded()) throw UserError("not JSON");
-            TuningRecord r = TuningRecord::from_json(j);
-            if (r.identity.layer != layer) throw UserError("a record of layer '" + r.identity.layer + "'");
-            out.push_back(std::move(r));
-        } catch (const UserError &e) {
-            if (notes) notes->push_back(path + ":" + std::to_string(n) + ": skipped: " + e.what());
+    for (const std::string &path : record_files(layer)) {
+        std::ifstream in(path);
+        if (!in) {
+            if (notes) notes->push_back(path + ": cannot be read; skipped");
+            continue;
+        }
+        std::string line;
+        for (int n = 1; std::getline(in, line); ++n) {
+            if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+            json j = json::parse(line, nullptr, false);
+            try {
+                if (j.is_discarded()) throw UserError("not JSON");
+                TuningRecord r = TuningRecord::from_json(j);
+                if (r.identity.layer != layer) throw UserError("a record of layer '" + r.identity.layer + "'");
+                out.push_back(std::move(r));
+            } catch (const UserError &e) {
+                if (notes) notes->push_back(path + ":" + std::to_string(n) + ": skipped: " + e.what());
+            }
         }
     }
     return out;
 }
 
 void TuningDb::append(const std::vector<TuningRecord> &records) const {
-    std::map<std::string, std::string> lines;  // layer -> its new lines
-    for (const TuningRecord &r : records) lines[r.identity.layer] += r.to_json().dump() + "\n";
-    for (const auto &[layer, text] : lines) {
-        const std::string path = records_path(layer);
+    std::map<std::string, std::string> lines;  // shard -> its new lines
+    for (const TuningRecord &r : records) lines[records_path(r.identity.layer, r.dtype, r.cpu)] += r.to_json().dump() + "\n";
+    for (const auto &[path, text] : lines) {
         fs::create_directories(fs::path(path).parent_path());
         std::ofstream out(path, std::ios::app | std::ios::binary);
         out << text;

@@ -1,9 +1,12 @@
 // The tuning database (generated/tuning/ for the catalog; any folder for a user's project):
 //
-//   records/<layer>.jsonl  append-only, one JSON object per line, one line per measurement `normgen
-//                      tune` made of that layer (every candidate that passed verification, each
-//                      default, each autoscheduler baseline); one file per layer, so a layer's
-//                      history is read and compacted alone
+//   records/<layer>/<dtype>-<cpu>.jsonl  append-only, one JSON object per line, one line per
+//                      measurement `normgen tune` made of that layer (every candidate that passed
+//                      verification, each default, each autoscheduler baseline); one folder per
+//                      layer, so a layer's history is read and compacted alone, and one file per
+//                      storage type and CPU fingerprint (CpuFingerprint::slug), so a retune on one
+//                      machine grows only its own file. A database written before the split
+//                      (records/<layer>.jsonl) is still read, before the folder's files.
 //   best/<layer>.json  the compacted index: per key (kernel identity, storage type, variant, shape
 //                      class, CPU fingerprint) the schedule the latest tuning run chose, with its
 //                      measurement; what the generators read to build one kernel per winner
@@ -76,13 +79,17 @@ class TuningDb {
 public:
     explicit TuningDb(std::string dir) : dir_(std::move(dir)) {}
     const std::string &dir() const { return dir_; }
-    std::string records_path(const std::string &layer) const;
+    // The file that records of this layer, storage type and CPU are appended to.
+    std::string records_path(const std::string &layer, const std::string &dtype, const CpuFingerprint &cpu) const;
     std::string best_path(const std::string &layer) const;
+    // The files that hold the layer's records: records/<layer>.jsonl when present, then every
+    // records/<layer>/*.jsonl in name order.
+    std::vector<std::string> record_files(const std::string &layer) const;
 
-    // Every record of records/<layer>.jsonl (an absent file: none). A line that is not a record is
-    // skipped with a note naming the file and line.
+    // Every record of the layer's files (none there: none). A line that is not a record is skipped
+    // with a note naming the file and line.
     std::vector<TuningRecord> records(const std::string &layer, std::vector<std::string> *notes = nullptr) const;
-    // Appends records (one line each) to their layers' files, creating the folders and files.
+    // Appends records (one line each) to their files (records_path), creating the folders and files.
     void append(const std::vector<TuningRecord> &records) const;
     // Rewrites best/<layer>.json of every layer in `layers` from its records: per key, the chosen
     // record of the latest run; records of another identity than layers[layer] are left out.

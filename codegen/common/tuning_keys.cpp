@@ -4,6 +4,7 @@
 #include "runtime/errors.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -130,6 +131,15 @@ CpuFingerprint CpuFingerprint::from_json(const json &j) {
 
 std::string CpuFingerprint::key() const {
     return vendor + "|" + isa + "|t" + std::to_string(threads) + "|l2=" + bytes_text(l2) + "|l3=" + bytes_text(l3);
+}
+
+std::string CpuFingerprint::slug() const {
+    std::string v = vendor == "GenuineIntel" ? "intel" : vendor == "AuthenticAMD" ? "amd" : vendor;
+    std::string s;
+    for (char ch : v + "-" + isa + "-t" + std::to_string(threads) + "-l2-" + bytes_text(l2) + "-l3-" + bytes_text(l3))
+        if (std::isalnum((unsigned char)ch)) s += (char)std::tolower((unsigned char)ch);
+        else if (ch == '-' && !s.empty() && s.back() != '-') s += '-';
+    return s.empty() ? "cpu" : s;
 }
 
 std::string CpuFingerprint::text() const {

@@ -43,6 +43,7 @@ struct CpuFingerprint {
     static CpuFingerprint from_json(const nlohmann::json &j);  // throws UserError on a malformed object
     std::string key() const;  // "AuthenticAMD|avx2|t2|l2=512K|l3=32M"
     std::string text() const; // "AMD EPYC (avx2, 2 threads, L2 512 KiB, L3 32 MiB)"
+    std::string slug() const; // key() as a file name: "amd-avx2-t2-l2-512k-l3-32m"
 };
 
 // This machine (read once). `threads`: $HL_NUM_THREADS when set, else the hardware threads.

@@ -71,8 +71,8 @@ usage: normgen tune FILE.norm... [--backend halide,mlir] [--dtype f32,bf16,f16|a
                      sizes by axis, `rows=4096,d=4096`, or the first input's declared shape,
                      `4096x4096` (several separated by ';'). Shapes of one class are tuned once.
   --budget SECONDS   per (layer, storage type, shape class), compiling included (default 60)
-  --db DIR           the tuning database (default ./tuning): DIR/records/<layer>.jsonl gets one
-                     line per measurement, DIR/best/<layer>.json the chosen schedule per key,
+  --db DIR           the tuning database (default ./tuning): DIR/records/<layer>/<type>-<cpu>.jsonl
+                     gets one line per measurement, DIR/best/<layer>.json the chosen schedule per key,
                      rewritten after every shape class (normgen compile --tuning DIR and
                      normgen_add_kernels(... TUNING DIR) build them)
   --grad             tune the backward layer (`normgen grad FILE`) instead

@@ -62,7 +62,13 @@ TEST_CASE("tune: a tiny run writes verified records, one choice, and the index",
     INFO(t.r.out);
     REQUIRE(t.r.code == 0);
     CHECK(t.r.out.find("rms_norm f32 [f32|rows=2^6,d=256|m16|l2]: chose") != std::string::npos);
-    const std::vector<json> recs = read_lines(t.db / "records" / "rms_norm.jsonl");
+    // One file per storage type and CPU under the layer's folder: one f32 file from this machine.
+    std::vector<fs::path> shards;
+    for (const fs::directory_entry &e : fs::directory_iterator(t.db / "records" / "rms_norm")) shards.push_back(e.path());
+    REQUIRE(shards.size() == 1);
+    CHECK(shards[0].filename().string().rfind("f32-", 0) == 0);
+    CHECK(shards[0].extension() == ".jsonl");
+    const std::vector<json> recs = read_lines(shards[0]);
     REQUIRE(recs.size() >= 3);  // both defaults in the first batch, then the last batch
     int chosen_in_last = 0;
     std::set<std::string> backends;

@@ -191,28 +191,51 @@ TEST_CASE("tuning database: round trip, compaction to the latest choice, stale r
     CHECK(db.best("rms_norm", old_halide, &notes).empty());
     CHECK(notes.at(0).find("Halide") != std::string::npos);
 
-    // A line that is not a record is skipped with its line number; the rest still reads.
-    std::ofstream(db.records_path("rms_norm"), std::ios::app) << "{not json\n";
+    // One file per layer, storage type and CPU: all four lines so far are in this one.
+    const std::string shard = db.records_path("rms_norm", "f32", c);
+    CHECK(fs::path(shard).filename() == "f32-amd-avx2-t2-l2-512k-l3-32m.jsonl");
+    CHECK(db.record_files("rms_norm") == std::vector<std::string>{shard});
+    // A line that is not a record is skipped with its file and line number; the rest still reads.
+    std::ofstream(shard, std::ios::app) << "{not json\n";
     notes.clear();
     CHECK(db.records("rms_norm", &notes).size() == 4);
     REQUIRE(notes.size() == 1);
-    CHECK(notes[0].find("rms_norm.jsonl:5") != std::string::npos);
+    CHECK(notes[0].find("f32-amd-avx2-t2-l2-512k-l3-32m.jsonl:5: skipped: not JSON") != std::string::npos);
     // Each layer has its own file: another layer's records neither read nor compacted with these.
     const NormSpec ln = catalog("layer_norm");
     const KernelPlan lplan = make_plan(ln, DType::F32, Variant::Core);
     const ShapeClass lcls = shape_class(ln, lplan, extents_from_sizes(ln, {{"rows", 4096}, {"d", 4096}}), c);
     db.append({record(ln, lcls, c, choose_schedule(lplan, ScheduleKind::HalideCpu, Isa::Avx2), 20, "2026-12-04T10:00:00Z", true)});
-    CHECK(fs::exists(db.records_path("layer_norm")));
+    CHECK(fs::exists(db.records_path("layer_norm", "f32", c)));
     CHECK(db.records("rms_norm").size() == 4);
     CHECK(db.records("layer_norm").size() == 1);
     CHECK(db.compact({{"layer_norm", kernel_identity(ln)}}).at("layer_norm") == 1);
     CHECK(db.best("rms_norm", kernel_identity(rms)).size() == 1);  // untouched
     // A line of another layer in a layer's file is skipped, named.
-    std::ofstream(db.records_path("rms_norm"), std::ios::app) << record(ln, lcls, c, def, 20, "2026-12-04T10:00:00Z", true).to_json().dump() << "\n";
+    std::ofstream(shard, std::ios::app) << record(ln, lcls, c, def, 20, "2026-12-04T10:00:00Z", true).to_json().dump() << "\n";
     notes.clear();
     CHECK(db.records("rms_norm", &notes).size() == 4);
     REQUIRE(notes.size() == 2);  // the line that is not JSON, then this one
-    CHECK(notes[1].find("rms_norm.jsonl:6: skipped: a record of layer 'layer_norm'") != std::string::npos);
+    CHECK(notes[1].find("-l3-32m.jsonl:6: skipped: a record of layer 'layer_norm'") != std::string::npos);
+
+    // Another storage type and another CPU go to files of their own, read together with the first.
+    const KernelPlan bplan = make_plan(rms, DType::BF16, Variant::Core);
+    const ShapeClass bcls = shape_class(rms, bplan, extents_from_sizes(rms, {{"rows", 4096}, {"d", 4096}}), c);
+    const CpuFingerprint x = cpu("avx512", 480);
+    db.append({record(rms, bcls, c, choose_schedule(bplan, ScheduleKind::HalideCpu, Isa::Avx2), 20, "2026-12-05T10:00:00Z", true),
+               record(rms, shape_class(rms, plan, extents_from_sizes(rms, {{"rows", 4096}, {"d", 4096}}), x), x, def, 20,
+                      "2026-12-05T10:00:00Z", true)});
+    const std::vector<std::string> files = db.record_files("rms_norm");
+    REQUIRE(files.size() == 3);
+    CHECK(fs::path(files[0]).filename() == "bf16-amd-avx2-t2-l2-512k-l3-32m.jsonl");
+    CHECK(files[1] == shard);
+    CHECK(fs::path(files[2]).filename().string().rfind("f32-amd-avx512-t2-", 0) == 0);
+    CHECK(db.records("rms_norm").size() == 6);
+    // A database written before the split (one records/<layer>.jsonl) is still read, first.
+    std::ofstream(dir / "records" / "rms_norm.jsonl") << first.to_json().dump() << "\n";
+    REQUIRE(db.record_files("rms_norm").size() == 4);
+    CHECK(fs::path(db.record_files("rms_norm")[0]).filename() == "rms_norm.jsonl");
+    CHECK(db.records("rms_norm").size() == 7);
     fs::remove_all(dir);
 }
 
