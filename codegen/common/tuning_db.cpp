@@ -203,9 +203,18 @@ std::vector<std::pair<ScheduleRecord, json>> kernel_schedules(const ScheduleReco
                                                               const std::string &isa, const std::string &what) {
     std::vector<std::pair<ScheduleRecord, json>> kernels{{defaults, json()}};
     for (const TunedSchedule &ts : tuned_schedules(best, dtype, variant, backend, isa)) {
+        // Records written before a knob existed spell the same schedule without it: they are one
+        // kernel, and every class that chose it keeps its win (a second spelling of the default
+        // used to replace the first one's wins, so those classes ran the Halide default).
         ScheduleRecord tuned = ScheduleRecord::from_json(ts.schedule, defaults.kind(), what);
-        if (tuned == defaults) kernels[0].second = tuned_manifest_field(ts);
-        else kernels.push_back({tuned, tuned_manifest_field(ts)});
+        const json wins = tuned_manifest_field(ts);
+        auto same = std::find_if(kernels.begin(), kernels.end(), [&](const auto &k) { return k.first == tuned; });
+        if (same == kernels.end()) {
+            kernels.push_back({tuned, wins});
+            continue;
+        }
+        if (same->second.is_null()) same->second = json::array();
+        for (const json &w : wins) same->second.push_back(w);
     }
     return kernels;
 }

@@ -178,6 +178,31 @@ TEST_CASE("tuning database: round trip, compaction to the latest choice, stale r
     CHECK(tuned_schedules(best, "bf16", "core", "halide", "avx2").empty());
     CHECK(tuned_schedules(best, "f32", "core", "halide", "avx512").empty());
 
+    // One kernel per distinct schedule record, whatever the JSON spelling: a record written before a
+    // knob existed (the knob absent, so at its default) and a newer one both choosing the default
+    // are the default kernel, with both wins; the same for a tuned schedule spelled twice.
+    {
+        const ShapeClass other = shape_class(rms, plan, extents_from_sizes(rms, {{"rows", 16384}, {"d", 8192}}), c);
+        const ShapeClass third = shape_class(rms, plan, extents_from_sizes(rms, {{"rows", 512}, {"d", 8192}}), c);
+        const ShapeClass fourth = shape_class(rms, plan, extents_from_sizes(rms, {{"rows", 64}, {"d", 8192}}), c);
+        TuningRecord old_def = record(rms, cls, c, def, 20, "2026-12-01T10:00:00Z", true, "default");
+        REQUIRE(old_def.schedule["knobs"].contains("streaming_stores"));
+        old_def.schedule["knobs"].erase("streaming_stores");  // the default: no streaming stores
+        TuningRecord old_nt = record(rms, third, c, nt, 30, "2026-12-01T10:00:00Z", true);
+        old_nt.schedule["knobs"].erase("group_vectors");  // spelled without a knob at its default
+        REQUIRE(ScheduleRecord::from_json(old_nt.schedule, ScheduleKind::HalideCpu, "test") == nt);
+        const std::vector<TuningRecord> mixed{old_def, record(rms, other, c, def, 20, "2026-12-02T10:00:00Z", true, "default"), old_nt,
+                                              record(rms, fourth, c, nt, 30, "2026-12-02T10:00:00Z", true)};
+        REQUIRE(tuned_schedules(mixed, "f32", "core", "halide", "avx2").size() == 4);
+        const auto kernels = kernel_schedules(def, mixed, "f32", "core", "halide", "avx2", "test");
+        REQUIRE(kernels.size() == 2);
+        CHECK(kernels[0].first == def);
+        REQUIRE(kernels[0].second.is_array());
+        CHECK(kernels[0].second.size() == 2);
+        CHECK(kernels[1].first == nt);
+        CHECK(kernels[1].second.size() == 2);
+    }
+
     // A record of another declaration text (the layer was edited) is stale: skipped, with a note.
     KernelIdentity other = kernel_identity(rms);
     other.decl_hash = "0000000000000000";
