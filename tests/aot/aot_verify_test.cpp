@@ -1,6 +1,7 @@
 // The shipped objects themselves: every generated kernel in the manifest (each layer x storage type
 // x ISA this CPU runs x variant), called through the registry and run_kernel like a user program
 // would, verified against the float64 reference on a spread of the verifier's shapes.
+#include "codegen/common/tuning_db.h"
 #include "runtime/random_inputs.h"
 #include "runtime/registry.h"
 #include "runtime/run.h"
@@ -153,4 +154,47 @@ TEST_CASE("Halide and MLIR kernels of every catalog layer agree with each other 
         }
     }
     CHECK(pairs >= 18 * 3);
+}
+
+TEST_CASE("every choice of the committed tuning database reaches its kernel, and this CPU's choices are what select_for picks",
+          "[aot][tuning]") {
+    // The generators build one kernel per distinct schedule record; each entry of best/<layer>.json
+    // (not stale, of a backend and ISA built here) must be listed in exactly one kernel's "tuned",
+    // a kernel with that very schedule. A choice recorded before a knob existed spells the schedule
+    // without it; two spellings of the default once lost the first one's classes to the Halide default.
+    const TuningDb db(std::string(NORMGEN_SOURCE_DIR) + "/generated/tuning");
+    size_t entries = 0, here = 0;
+    std::set<std::string> layers;
+    for (const Registry::Kernel *k : registry().kernels()) layers.insert(k->layer);
+    for (const std::string &layer : layers) {
+        const std::shared_ptr<const NormSpec> spec = registry().spec(layer);
+        REQUIRE(spec);
+        for (const TuningRecord &e : db.best(layer, kernel_identity(*spec))) {
+            std::vector<const Registry::Kernel *> built, holding;
+            for (const Registry::Kernel *k : registry().kernels()) {
+                if (k->layer != layer || dtype_name(k->dtype) != e.dtype || variant_name(k->variant) != e.variant ||
+                    backend_name(k->backend) != e.backend || isa_name(k->isa) != e.isa || k->device != Device::Cpu)
+                    continue;
+                built.push_back(k);
+                for (const Registry::Kernel::Tuned &t : k->tuned)
+                    if (t.shape.key() == e.shape.key() && t.cpu.key() == e.cpu.key()) holding.push_back(k);
+            }
+            if (built.empty()) continue;  // e.g. MLIR's AVX2 kernels on an AVX-512 host
+            ++entries;
+            INFO(layer << " " << e.dtype << " " << e.backend << " " << e.isa << " " << e.shape.key() << " on " << e.cpu.text());
+            REQUIRE(holding.size() == 1);
+            const ScheduleKind kind = e.backend == "mlir" ? ScheduleKind::MlirCpu : ScheduleKind::HalideCpu;
+            CHECK(ScheduleRecord::from_json(nlohmann::json::parse(holding[0]->schedule_record), kind, "manifest") ==
+                  ScheduleRecord::from_json(e.schedule, kind, "database"));
+            // This CPU's own choices: a program calling with the measured sizes gets that kernel.
+            if (e.cpu.key() != this_cpu().key() || !holding[0]->runs_here()) continue;
+            const Registry::Selection s = registry().select_for_sizes(layer, holding[0]->dtype, e.sizes, holding[0]->full());
+            INFO(s.why);
+            CHECK(s.kernel == holding[0]);
+            ++here;
+        }
+    }
+    CHECK(entries > 100);
+    INFO("choices of this CPU checked through select_for: " << here);
+    SUCCEED();
 }
