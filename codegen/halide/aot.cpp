@@ -46,24 +46,40 @@ CompiledObject compile_halide_kernel(const NormSpec &spec, const KernelPlan &pla
     c.object = prefix + ".o";
     c.header = prefix + ".h";
     const StreamingRequirement st = streaming_requirement(spec, plan, record);
-    if (!st.alignment) {
+    // A bf16 kernel for AVX512-BF16 takes the same LLVM 22 step for vcvtneps2bf16 in place of
+    // Halide's emulated rounding (codegen/mlir/streaming.h).
+    bool bf16 = false;
+    for (const PlanArg &a : plan.args) bf16 = bf16 || a.dtype == DType::BF16;
+    const bool native_bf16 = bf16 && target.has_feature(Target::AVX512_SapphireRapids);
+    if (!st.alignment && !native_bf16) {
         p.pipeline().compile_to({{OutputFileType::object, c.object}, {OutputFileType::c_header, c.header}}, p.arguments(), function, target);
         return c;
     }
-    // Streaming stores: Halide's bitcode, marked and compiled with LLVM 22 by normgen-mlir.
+    // Halide's bitcode, changed and compiled with LLVM 22 by normgen-mlir.
     const std::string bitcode = prefix + ".bc";
     p.pipeline().compile_to({{OutputFileType::bitcode, bitcode}, {OutputFileType::c_header, c.header}}, p.arguments(), function, target);
     std::string outputs;
     for (const std::string &o : st.outputs) outputs += (outputs.empty() ? "" : ",") + o;
     const std::string tool = streaming_tool.empty() ? sibling_tool("normgen-mlir") : streaming_tool;
-    ProcessResult r = run_process({tool, "streaming", bitcode, "-o", c.object, "--buffers", outputs});
+    std::vector<std::string> cmd{tool, "streaming", bitcode, "-o", c.object};
+    if (st.alignment) cmd.insert(cmd.end(), {"--buffers", outputs});
+    if (native_bf16) cmd.push_back("--native-bf16");
+    ProcessResult r = run_process(cmd);
     std::remove(bitcode.c_str());
+    if (r.status == 127 && !st.alignment) {
+        // Native conversion is an optimization: a build without the MLIR backend (no LLVM 22
+        // step to run) gets Halide's own object, with the emulated conversions.
+        p.pipeline().compile_to({{OutputFileType::object, c.object}}, p.arguments(), function, target);
+        c.text += "; bf16 conversions emulated (" + tool + " not found)";
+        return c;
+    }
     if (r.status != 0)
-        throw UserError(function + ": streaming stores need the MLIR backend's LLVM 22 step (" + tool + " streaming), which failed" +
+        throw UserError(function + ": " + (st.alignment ? "streaming stores need" : "native bf16 conversion takes") +
+                        " the MLIR backend's LLVM 22 step (" + tool + " streaming), which failed" +
                         (r.status == 127 ? " to start (configure with NORMGEN_WITH_MLIR=ON)" : "") + ":\n" + r.output);
     std::string said = r.output;
     while (!said.empty() && (said.back() == '\n' || said.back() == '\r')) said.pop_back();
-    c.text += "; streaming stores to " + outputs + " (" + said + ")";
+    c.text += st.alignment ? "; streaming stores to " + outputs + " (" + said + ")" : "; LLVM 22 step (" + said + ")";
     return c;
 }
 

@@ -55,11 +55,12 @@ usage:
         As `normgen run --backend mlir`: the mlir-cpu JIT kernel on .npy inputs.
   normgen-mlir verify FILE... [--schedule S]
         (as above; --schedule overrides the mlir-cpu record of every kernel)
-  normgen-mlir streaming IN.bc -o OUT.o --buffers y[,h...]
-        The Halide generator's step for the halide-cpu knob streaming_stores: mark the aligned
-        vector stores of a Halide kernel's bitcode to the named output buffers non-temporal, put
-        an sfence before the returns of the functions that have one, compile with LLVM 22.
-        Prints how many stores were marked.
+  normgen-mlir streaming IN.bc -o OUT.o [--buffers y[,h...]] [--native-bf16]
+        The Halide generator's LLVM 22 step: for the halide-cpu knob streaming_stores, mark the
+        aligned vector stores of a Halide kernel's bitcode to the named output buffers
+        non-temporal and put an sfence before the returns of the functions that have one; with
+        --native-bf16, make Halide's emulated float -> bfloat16 roundings vcvtneps2bf16 in the
+        functions built for AVX512-BF16; then compile with LLVM 22. Prints what it changed.
 options:
   --cuda-root DIR   the CUDA toolkit (libdevice, ptxas)
 )";
@@ -157,6 +158,7 @@ int run(std::vector<std::string> args) {
     if (cmd == "streaming") {
         std::string in, out;
         std::vector<std::string> buffers;
+        bool native_bf16 = false;
         for (size_t i = 0; i < args.size(); ++i) {
             auto value = [&]() -> std::string {
                 if (i + 1 >= args.size()) throw Usage(args[i] + " needs a value");
@@ -164,13 +166,18 @@ int run(std::vector<std::string> args) {
             };
             if (args[i] == "-o") out = value();
             else if (args[i] == "--buffers") buffers = split_list(value());
+            else if (args[i] == "--native-bf16") native_bf16 = true;
             else if (!args[i].empty() && args[i][0] == '-') throw Usage("streaming: unknown option '" + args[i] + "'");
             else if (in.empty()) in = args[i];
             else throw Usage("streaming: one bitcode file at a time");
         }
-        if (in.empty() || out.empty() || buffers.empty()) throw Usage("streaming IN.bc -o OUT.o --buffers y[,h...]");
-        mlirgen::StreamingResult r = mlirgen::compile_streaming_object(in, buffers, out);
-        std::cout << "marked " << r.marked << " stores non-temporal in " << r.functions << " functions\n";
+        if (in.empty() || out.empty() || (buffers.empty() && !native_bf16))
+            throw Usage("streaming IN.bc -o OUT.o [--buffers y[,h...]] [--native-bf16] (at least one of the two)");
+        mlirgen::StreamingResult r = mlirgen::compile_streaming_object(in, buffers, out, native_bf16);
+        std::string said;
+        if (!buffers.empty()) said = "marked " + std::to_string(r.marked) + " stores non-temporal in " + std::to_string(r.functions) + " functions";
+        if (native_bf16) said += (said.empty() ? "" : "; ") + std::to_string(r.bf16) + " bf16 conversions native";
+        std::cout << said << "\n";
         return 0;
     }
     throw Usage("unknown command '" + cmd + "'");

@@ -2,12 +2,14 @@
 
 #include "llvm/Bitcode/BitcodeReader.h"
 #include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/InlineAsm.h"
 #include "llvm/IR/Instructions.h"
 #include "llvm/IR/IntrinsicsX86.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Metadata.h"
 #include "llvm/IR/Module.h"
+#include "llvm/IR/PatternMatch.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -45,10 +47,85 @@ bool stores_to(const llvm::StoreInst &st, const std::vector<std::regex> &buffers
     return false;
 }
 
+// Whether `v` is Halide's emulated float -> bfloat16 rounding of a float `f` before the shift:
+// bits + 0x7fff + ((bits >> 16) & 1), bits = bitcast(f), the three terms added in any order.
+llvm::Value *emulated_bf16_rounding(llvm::Value *v) {
+    using namespace llvm::PatternMatch;
+    std::vector<llvm::Value *> terms;
+    llvm::Value *a = nullptr, *b = nullptr;
+    if (!match(v, m_Add(m_Value(a), m_Value(b)))) return nullptr;
+    for (llvm::Value *t : {a, b}) {
+        llvm::Value *c = nullptr, *d = nullptr;
+        if (t->hasOneUse() && match(t, m_Add(m_Value(c), m_Value(d)))) terms.insert(terms.end(), {c, d});
+        else terms.push_back(t);
+    }
+    if (terms.size() != 3) return nullptr;
+    for (llvm::Value *bits : terms) {
+        llvm::Value *f = nullptr;
+        if (!match(bits, m_BitCast(m_Value(f))) || !f->getType()->getScalarType()->isFloatTy()) continue;
+        bool half = false, lsb = false;
+        for (llvm::Value *t : terms) {
+            if (t == bits) continue;
+            if (match(t, m_SpecificInt(0x7fff))) half = true;
+            else if (match(t, m_And(m_LShr(m_Specific(bits), m_SpecificInt(16)), m_One()))) lsb = true;
+        }
+        if (half && lsb) return f;
+    }
+    return nullptr;
+}
+
+// Replaces each trunc(rounding >> 16) to i16 of `f` by the bits of fptrunc(float to bfloat);
+// the integer operations left without uses are erased.
+int make_bf16_native(llvm::Function &f) {
+    using namespace llvm::PatternMatch;
+    std::vector<llvm::TruncInst *> found;
+    std::vector<llvm::Value *> floats;
+    for (llvm::BasicBlock &bb : f)
+        for (llvm::Instruction &i : bb) {
+            auto *t = llvm::dyn_cast<llvm::TruncInst>(&i);
+            if (!t || !t->getSrcTy()->getScalarType()->isIntegerTy(32) || !t->getDestTy()->getScalarType()->isIntegerTy(16)) continue;
+            llvm::Value *sum = nullptr;
+            if (!match(t->getOperand(0), m_LShr(m_Value(sum), m_SpecificInt(16)))) continue;
+            if (llvm::Value *x = emulated_bf16_rounding(sum)) {
+                found.push_back(t);
+                floats.push_back(x);
+            }
+        }
+    for (size_t k = 0; k < found.size(); ++k) {
+        llvm::TruncInst *t = found[k];
+        llvm::IRBuilder<> b(t);
+        llvm::Type *bf = b.getBFloatTy();
+        if (auto *vt = llvm::dyn_cast<llvm::VectorType>(t->getDestTy())) bf = llvm::VectorType::get(bf, vt->getElementCount());
+        llvm::Value *bits = b.CreateBitCast(b.CreateFPTrunc(floats[k], bf), t->getDestTy());
+        t->replaceAllUsesWith(bits);
+        // The integer operations left without uses (each queued once; an erased one is no
+        // longer anyone's operand, so it is never queued again).
+        std::vector<llvm::Instruction *> work{t};
+        std::set<llvm::Instruction *> queued{t};
+        while (!work.empty()) {
+            llvm::Instruction *d = work.back();
+            work.pop_back();
+            queued.erase(d);
+            if (!d->use_empty() || d->mayHaveSideEffects()) continue;
+            for (llvm::Value *op : d->operands())
+                if (auto *oi = llvm::dyn_cast<llvm::Instruction>(op); oi && queued.insert(oi).second) work.push_back(oi);
+            d->eraseFromParent();
+        }
+    }
+    return (int)found.size();
+}
+
+bool has_feature(const llvm::Function &f, const std::string &feature) {
+    const llvm::Attribute a = f.getFnAttribute("target-features");
+    if (!a.isValid()) return false;
+    const std::string s = "," + a.getValueAsString().str() + ",";
+    return s.find("," + feature + ",") != std::string::npos;
+}
+
 }  // namespace
 
 StreamingResult compile_streaming_object(const std::string &bitcode_path, const std::vector<std::string> &buffers,
-                                         const std::string &object_path) {
+                                         const std::string &object_path, bool native_bf16) {
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
     llvm::LLVMContext ctx;
@@ -68,6 +145,8 @@ StreamingResult compile_streaming_object(const std::string &bitcode_path, const 
     StreamingResult r;
     llvm::MDNode *nt = llvm::MDNode::get(ctx, {llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(llvm::Type::getInt32Ty(ctx), 1))});
     for (llvm::Function &f : *m) {
+        if (native_bf16 && has_feature(f, "+avx512bf16")) r.bf16 += make_bf16_native(f);
+        if (names.empty()) continue;
         bool any = false;
         for (llvm::BasicBlock &bb : f)
             for (llvm::Instruction &i : bb) {
@@ -78,6 +157,14 @@ StreamingResult compile_streaming_object(const std::string &bitcode_path, const 
                 // Only stores Halide proved aligned: a full vector (or at least 32 bytes of it) on its boundary.
                 if (align < 16 || align < std::min<uint64_t>(bytes, 32)) continue;
                 st->setMetadata(llvm::LLVMContext::MD_nontemporal, nt);
+                // A native bf16 conversion stored as is loses the mark: LLVM 22 folds the bitcast
+                // into a store of bfloat vectors, which has no non-temporal pattern on x86, and
+                // emits vmovaps. An empty inline asm keeps the stored value an integer vector.
+                if (auto *bc = llvm::dyn_cast<llvm::BitCastInst>(st->getValueOperand()); bc && bc->getSrcTy()->getScalarType()->isBFloatTy()) {
+                    llvm::Type *t = bc->getType();
+                    llvm::InlineAsm *keep = llvm::InlineAsm::get(llvm::FunctionType::get(t, {t}, false), "", "=v,0", false);
+                    st->setOperand(0, llvm::IRBuilder<>(st).CreateCall(keep, {bc}));
+                }
                 ++r.marked;
                 any = true;
             }

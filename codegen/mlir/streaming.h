@@ -1,7 +1,7 @@
-// Streaming (non-temporal) stores for Halide kernels, with LLVM 22.
+// The LLVM 22 step for Halide kernels: streaming (non-temporal) stores, native bf16 conversion.
 //
-// Halide 21 has no directive for them (stream_stores() arrived after 21). The Halide generator
-// compiles a kernel whose schedule asks for them (the halide-cpu knob streaming_stores) to LLVM
+// Halide 21 has no directive for streaming stores (stream_stores() arrived after 21). The Halide
+// generator compiles a kernel whose schedule asks for them (the halide-cpu knob streaming_stores) to LLVM
 // bitcode, with its outputs declared 64-byte aligned and their rows a multiple of the vector, so
 // that Halide itself proves its full-vector stores to the outputs aligned; this step, in the MLIR
 // backend's process (LLVM 22 reads Halide's LLVM 21 bitcode), marks exactly those stores
@@ -10,6 +10,16 @@
 // it), and compiles the module to an object. Masked tail stores and stores Halide could not prove
 // aligned stay ordinary stores (a non-temporal store needs its alignment; LLVM would fall back
 // anyway).
+//
+// Halide 21 also emulates every float -> bfloat16 conversion with integer operations (round to
+// nearest even: bits + 0x7fff + ((bits >> 16) & 1), then >> 16; six vector instructions and a pack
+// per vector), even for a target with AVX512-BF16. With `native_bf16`, in each function whose
+// target features include +avx512bf16, that exact sequence becomes `fptrunc float to bfloat`, which
+// LLVM 22 emits as vcvtneps2bf16 (also round to nearest even). The two differ only where the
+// emulation is wrong or the input is subnormal: a NaN stays a NaN (the emulation's carry turned
+// some into -0 or infinities), and subnormal floats (below 1.2e-38) become zero. (A streaming
+// store of such a value keeps its integer type through an empty inline asm: LLVM 22 would fold
+// the bitcast into a store of bfloat vectors, which x86 has no non-temporal pattern for.)
 #pragma once
 
 #include <string>
@@ -20,11 +30,13 @@ namespace normgen::mlirgen {
 struct StreamingResult {
     int marked = 0;     // stores marked non-temporal
     int functions = 0;  // functions given an sfence before their returns
+    int bf16 = 0;       // emulated float -> bfloat16 conversions made native
 };
 
 // Reads Halide's bitcode, marks the stores to `buffers` (output names, as Halide's alias-analysis
-// metadata names them), writes `object_path`. Throws std::runtime_error on unreadable bitcode.
+// metadata names them; none: no streaming stores), makes its bf16 conversions native when
+// `native_bf16`, writes `object_path`. Throws std::runtime_error on unreadable bitcode.
 StreamingResult compile_streaming_object(const std::string &bitcode_path, const std::vector<std::string> &buffers,
-                                         const std::string &object_path);
+                                         const std::string &object_path, bool native_bf16 = false);
 
 }  // namespace normgen::mlirgen

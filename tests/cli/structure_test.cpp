@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 namespace fs = std::filesystem;
@@ -140,5 +141,75 @@ TEST_CASE("compile with --backend mlir and halide; merge joins two compiles", "[
     CHECK(twice.code == 1);
     CHECK(twice.out.find("comes from two inputs") != std::string::npos);
 
+    fs::remove_all(dir);
+}
+
+TEST_CASE("bf16 kernels for AVX512-BF16 convert natively, streaming stores stay non-temporal, and without the LLVM 22 step "
+          "the emulated conversion is kept",
+          "[cli][mlir][bf16]") {
+    // Cross-compiled for a Sapphire Rapids target whatever this host is: nothing here runs.
+    const std::string spr = "x86-64-linux-avx-avx2-avx512-avx512_skylake-avx512_cannonlake-avx512_sapphirerapids-f16c-fma-sse41";
+    const fs::path dir = fresh_dir("bf16");
+    const std::string rms = src("dsl/catalog/rms_norm.norm");
+    auto schedule_texts = [](const fs::path &manifest) {
+        std::map<std::string, std::string> t;
+        const nlohmann::json m = nlohmann::json::parse(std::ifstream(manifest));
+        for (const auto &k : m.at("kernels"))
+            t[k.at("function").get<std::string>()] = k.at("schedule_text").get<std::string>();
+        return t;
+    };
+    // Disassembled, the instructions of one object (objdump, when the build found one).
+    auto disassembly = [](const fs::path &object) {
+        std::string text;
+        if (std::string(NORMGEN_OBJDUMP).empty()) return text;
+        FILE *p = popen((std::string(NORMGEN_OBJDUMP) + " -d " + object.string()).c_str(), "r");
+        REQUIRE(p);
+        char buf[4096];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
+        pclose(p);
+        return text;
+    };
+
+    Result c = normgen_cli("compile " + rms + " --dtype bf16,f32 --target " + spr + ",x86-64-avx2 -o " + (dir / "a").string() +
+                           " --schedule streaming_stores=1,vector_width=32");
+    INFO(c.out);
+    REQUIRE(c.code == 0);
+    std::map<std::string, std::string> t = schedule_texts(dir / "a" / "manifest.json");
+    CHECK(t.at("rms_norm__bf16__avx512__core").find("marked 1 stores non-temporal in 1 functions; 1 bf16 conversions native") != std::string::npos);
+    CHECK(t.at("rms_norm__f32__avx512__core").find("bf16") == std::string::npos);       // no bf16 in the kernel
+    CHECK(t.at("rms_norm__bf16__avx2__core").find("bf16 conversions") == std::string::npos);  // AVX2: no vcvtneps2bf16
+    const std::string bf16 = disassembly(dir / "a" / "rms_norm__bf16__avx512__core.o");
+    if (!bf16.empty()) {
+        CHECK(bf16.find("vcvtneps2bf16") != std::string::npos);
+        CHECK(bf16.find("vmovnt") != std::string::npos);  // LLVM 22 dropped the mark on a stored bfloat vector
+    }
+    CHECK(disassembly(dir / "a" / "rms_norm__bf16__avx2__core.o").find("vcvtneps2bf16") == std::string::npos);
+
+    // Without streaming stores the bf16 kernel still takes the step; a build without normgen-mlir
+    // (the tool not found) keeps Halide's own object, with the emulated conversion, and says so.
+    Result plain = normgen_cli("compile " + rms + " --dtype bf16 --target " + spr + " -o " + (dir / "b").string());
+    INFO(plain.out);
+    REQUIRE(plain.code == 0);
+    CHECK(schedule_texts(dir / "b" / "manifest.json").at("rms_norm__bf16__avx512__core").find("bf16 conversions native)") !=
+          std::string::npos);
+    Result none = tool("normgen-gen", "compile " + rms + " --dtype bf16 --variants core --target " + spr + " --out " + (dir / "c").string() +
+                                          " --fragment " + (dir / "c.json").string() + " --streaming-tool " + (dir / "no-such-tool").string());
+    INFO(none.out);
+    REQUIRE(none.code == 0);
+    const std::string fragment = nlohmann::json::parse(std::ifstream(dir / "c.json")).dump();
+    CHECK(fragment.find("bf16 conversions emulated") != std::string::npos);
+    const std::string emulated = disassembly(dir / "c" / "rms_norm__bf16__avx512__core.o");
+    if (!emulated.empty()) CHECK(emulated.find("vcvtneps2bf16") == std::string::npos);
+    // Streaming stores cannot do without the step: an error naming it, not a silent fallback.
+    Result nt = tool("normgen-gen", "compile " + rms + " --dtype bf16 --variants core --target " + spr + " --out " + (dir / "d").string() +
+                                        " --fragment " + (dir / "d.json").string() + " --schedule streaming_stores=1 --streaming-tool " +
+                                        (dir / "no-such-tool").string());
+    CHECK(nt.code == 1);
+    CHECK(nt.out.find("streaming stores need the MLIR backend's LLVM 22 step") != std::string::npos);
+    // The step's own command line: something to do is required.
+    Result usage = tool("normgen-mlir", "streaming " + (dir / "x.bc").string() + " -o " + (dir / "x.o").string());
+    CHECK(usage.code == 1);
+    CHECK(usage.out.find("at least one of the two") != std::string::npos);
     fs::remove_all(dir);
 }
