@@ -7,6 +7,7 @@
 #include "dsl/printer.h"
 #include "runtime/errors.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -48,9 +49,8 @@ CompiledObject compile_halide_kernel(const NormSpec &spec, const KernelPlan &pla
     const StreamingRequirement st = streaming_requirement(spec, plan, record);
     // A bf16 kernel for AVX512-BF16 takes the same LLVM 22 step for vcvtneps2bf16 in place of
     // Halide's emulated rounding (codegen/mlir/streaming.h).
-    bool bf16 = false;
-    for (const PlanArg &a : plan.args) bf16 = bf16 || a.dtype == DType::BF16;
-    const bool native_bf16 = bf16 && target.has_feature(Target::AVX512_SapphireRapids);
+    const bool native_bf16 = target.has_feature(Target::AVX512_SapphireRapids) &&
+                             std::any_of(plan.args.begin(), plan.args.end(), [](const PlanArg &a) { return a.dtype == DType::BF16; });
     if (!st.alignment && !native_bf16) {
         p.pipeline().compile_to({{OutputFileType::object, c.object}, {OutputFileType::c_header, c.header}}, p.arguments(), function, target);
         return c;

@@ -163,7 +163,7 @@ TEST_CASE("every choice of the committed tuning database reaches its kernel, and
     // a kernel with that very schedule. A choice recorded before a knob existed spells the schedule
     // without it; two spellings of the default once lost the first one's classes to the Halide default.
     const TuningDb db(std::string(NORMGEN_SOURCE_DIR) + "/generated/tuning");
-    size_t entries = 0, here = 0;
+    size_t entries = 0;
     std::set<std::string> layers;
     for (const Registry::Kernel *k : registry().kernels()) layers.insert(k->layer);
     for (const std::string &layer : layers) {
@@ -191,10 +191,7 @@ TEST_CASE("every choice of the committed tuning database reaches its kernel, and
             const Registry::Selection s = registry().select_for_sizes(layer, holding[0]->dtype, e.sizes, holding[0]->full());
             INFO(s.why);
             CHECK(s.kernel == holding[0]);
-            ++here;
         }
     }
     CHECK(entries > 100);
-    INFO("choices of this CPU checked through select_for: " << here);
-    SUCCEED();
 }
