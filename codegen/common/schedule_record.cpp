@@ -67,6 +67,10 @@ const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k) {
         {"pipeline_elements", 0, 0, int64_t(1) << 24, false, false,
          "row pipelining (0: off): a call's rows run in steps of about this many elements, each step's map in one loop with "
          "the next step's first statistics sweep (layers whose reductions are over the innermost axis alone)"},
+        {"streaming_stores", 0, 0, 1, true, false,
+         "non-temporal stores of the main output (and outputs of its shape) where LLVM's vectorized loops store whole aligned "
+         "vectors: the kernel checks at entry that those outputs are 64-byte aligned with rows of whole 64 bytes, other calls "
+         "store as usual"},
     };
     static const std::vector<KnobSpec> mlir_cuda{
         {"block_threads", 256, 32, 1024, false, true, "threads per block (one block per index of the plan's block axes)"},
@@ -225,8 +229,12 @@ std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &p
         if (values.size() > 1) space.push_back({knob, values});
     };
     if (defaults.kind() == ScheduleKind::MlirCpu) {
+        // Streaming stores first where rows can start on 64-byte lines (the kernel checks it at
+        // entry; an f32 row of 16 elements is one line); blocked sums only where there are sums.
+        if (inner_multiple >= 16 && !plan.main_order.empty()) add("streaming_stores", {0, 1});
         add("chunk_bytes", {128 << 10, 512 << 10, 2 << 20, 8 << 20});
-        add("sum_block", {64, 256, 1024});
+        const bool sums = std::any_of(plan.stages.begin(), plan.stages.end(), [](const PlanStage &st) { return !st.reductions.empty(); });
+        if (sums) add("sum_block", {64, 256, 1024});
         add("fuse_trailing", {1, 0});
         if (plan.layout == LayoutClass::Row) add("pipeline_elements", {0, 16384, 65536});
         return space;

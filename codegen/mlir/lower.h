@@ -34,7 +34,9 @@ namespace normgen::mlirgen {
 std::unique_ptr<mlir::MLIRContext> make_context();
 
 // The plan's kernel for the CPU; the record (ScheduleKind::MlirCpu) gives the block of the blocked
-// sums and whether trailing axes may be fused.
+// sums and whether trailing axes may be fused. With streaming_stores, the outputs to stream carry
+// the argument attribute kStreamingArgAttr (lower_cpu_to_llvm_dialect takes it off).
+inline constexpr const char *kStreamingArgAttr = "normgen.streaming";
 mlir::OwningOpRef<mlir::ModuleOp> lower_cpu(mlir::MLIRContext &ctx, const NormSpec &spec, const KernelPlan &plan,
                                             const ScheduleRecord &schedule, const std::string &function);
 

@@ -25,7 +25,8 @@ class CpuLowerer {
 public:
     CpuLowerer(MLIRContext &ctx, const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule)
         : ctx_(ctx), spec_(spec), types_(plan.types), full_(plan.variant == Variant::Full), sum_block_(schedule.get("sum_block")),
-          fuse_trailing_(schedule.flag("fuse_trailing")), pipeline_(schedule.get("pipeline_elements")), b_(&ctx), loc_(NameLoc::get(StringAttr::get(&ctx, spec.name))),
+          fuse_trailing_(schedule.flag("fuse_trailing")), pipeline_(schedule.get("pipeline_elements")), plan_(plan),
+          schedule_streaming_(schedule.flag("streaming_stores")), b_(&ctx), loc_(NameLoc::get(StringAttr::get(&ctx, spec.name))),
           acc_(element_type(ctx, spec.accumulate)),
           emitter_(spec, acc_, extent_f_, plan.types, [&ctx](DType t) { return cpu_storage_type(ctx, t); }) {}
 
@@ -50,6 +51,12 @@ public:
         b_.setInsertionPointToStart(fn.addEntryBlock());
         for (size_t i = 0; i < spec_.tensors.size(); ++i) args_.targs.push_back(fn.getArgument((unsigned)i));
         for (size_t k = 0; k < outs_.size(); ++k) args_.oargs.push_back(fn.getArgument((unsigned)(spec_.tensors.size() + k)));
+        // Streaming stores (the knob streaming_stores): the main output and those of its shape
+        // are marked for the LLVM step (pipeline.h, StreamingArgs), which versions the function.
+        if (schedule_streaming_)
+            for (size_t k = 0; k < outs_.size(); ++k)
+                if (outs_[k] == plan_.main_output || std::count(plan_.same_shape.begin(), plan_.same_shape.end(), outs_[k]))
+                    fn.setArgAttr((unsigned)(spec_.tensors.size() + k), kStreamingArgAttr, b_.getUnitAttr());
         arg_atoms_ = atoms;
 
         // The extent of every atomic axis, from the first argument that has it.
@@ -116,6 +123,8 @@ private:
     const int64_t sum_block_;   // schedule: elements per block of a blocked sum
     const bool fuse_trailing_;  // schedule: fuse contiguous trailing axes of a map
     const int64_t pipeline_;    // schedule: elements per pipelined step (0: no row pipelining)
+    const KernelPlan &plan_;
+    const bool schedule_streaming_;  // schedule: streaming stores of the main output
     OpBuilder b_;
     Location loc_;
     Type acc_;

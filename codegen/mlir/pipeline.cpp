@@ -1,5 +1,7 @@
 #include "codegen/mlir/pipeline.h"
 
+#include "codegen/mlir/lower.h"
+
 #include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
@@ -11,6 +13,7 @@
 #include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Arith/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -82,27 +85,50 @@ std::unique_ptr<llvm::TargetMachine> host_machine() {
     return tm;
 }
 
-// LLVM dialect -> LLVM IR, optimized at O3 for `tm` (the loop vectorizer does the SIMD work).
-std::unique_ptr<llvm::Module> optimized_ir(mlir::ModuleOp module, llvm::LLVMContext &ctx, llvm::TargetMachine &tm) {
-    Diagnostics d(*module->getContext());
-    std::unique_ptr<llvm::Module> ir = mlir::translateModuleToLLVMIR(module, ctx, "normgen");
-    if (!ir) d.fail("translating to LLVM IR");
-    ir->setTargetTriple(tm.getTargetTriple());
-    ir->setDataLayout(tm.createDataLayout());
-    for (llvm::Function &f : *ir) {
+// O3 for `tm`, with the streaming step around it (streaming.h: the aligned version before, the
+// marks on the vector stores the loop vectorizer made after). The same for the AOT objects and
+// the JIT that `verify` runs, so that both get the same code.
+llvm::Error optimize(llvm::Module &ir, llvm::TargetMachine &tm, const StreamingArgs &streaming, StreamingResult *marked = nullptr) {
+    for (llvm::Function &f : ir) {
         if (f.isDeclaration()) continue;
         f.addFnAttr("target-cpu", tm.getTargetCPU());
         f.addFnAttr("target-features", tm.getTargetFeatureString());
         // Full-width vectors where the CPU has them (LLVM's default for AVX-512 CPUs is 256 bits).
         f.addFnAttr("prefer-vector-width", "512");
+        // A vector division marked arcp (only the math approximations' own, approximate_math) as
+        // a reciprocal estimate with one Newton step.
+        f.addFnAttr("reciprocal-estimates", "vec-divf:1");
     }
-    if (llvm::Error e = mlir::makeOptimizingTransformer(3, 0, &tm)(ir.get()))
+    if (streaming) try {
+            version_for_streaming(ir, streaming);
+        } catch (const std::runtime_error &e) {
+            return llvm::createStringError(e.what());
+        }
+    if (llvm::Error e = mlir::makeOptimizingTransformer(3, 0, &tm)(&ir)) return e;
+    if (streaming) {
+        const StreamingResult r = mark_streaming_stores(ir);
+        if (marked) *marked = r;
+    }
+    return llvm::Error::success();
+}
+
+// LLVM dialect -> LLVM IR, optimized at O3 for `tm` (the loop vectorizer does the SIMD work).
+std::unique_ptr<llvm::Module> optimized_ir(mlir::ModuleOp module, llvm::LLVMContext &ctx, llvm::TargetMachine &tm, const StreamingArgs &streaming,
+                                           StreamingResult *marked = nullptr) {
+    Diagnostics d(*module->getContext());
+    std::unique_ptr<llvm::Module> ir = mlir::translateModuleToLLVMIR(module, ctx, "normgen");
+    if (!ir) d.fail("translating to LLVM IR");
+    ir->setTargetTriple(tm.getTargetTriple());
+    ir->setDataLayout(tm.createDataLayout());
+    if (llvm::Error e = optimize(*ir, tm, streaming, marked))
         throw std::runtime_error("mlir: LLVM optimization failed: " + llvm::toString(std::move(e)));
     return ir;
 }
 
 // f32 transcendentals as polynomials (vectorizable, ~1-2 ulp); the rest to LLVM intrinsics and libm.
 void approximate_math(mlir::ModuleOp module, const Diagnostics &d) {
+    llvm::DenseSet<mlir::Operation *> declared;  // the declaration's own divisions stay exact
+    module.walk([&](mlir::arith::DivFOp op) { declared.insert(op); });
     mlir::RewritePatternSet patterns(module->getContext());
     mlir::populateMathPolynomialApproximationPatterns(patterns, [](llvm::StringRef name) {
         name.consume_front("math.");
@@ -112,6 +138,14 @@ void approximate_math(mlir::ModuleOp module, const Diagnostics &d) {
     // bf16 <-> f32 as integer shifts with round-to-nearest-even (no libgcc/compiler-rt helper needed).
     mlir::arith::populateExpandBFloat16Patterns(patterns);
     if (mlir::failed(mlir::applyPatternsGreedily(module, std::move(patterns)))) d.fail("approximating math functions");
+    // The approximations' own divisions (tanh's rational p(x) / q(x), q a polynomial of the
+    // clamped x: finite) may multiply by a reciprocal: vectorized, LLVM then emits vrcp14ps and a
+    // Newton step (about 1 ulp; arcp with ninf is what its DAG combine asks) where vdivps, one
+    // every 10-16 cycles for 16 lanes, bounded DyT's loop.
+    module.walk([&](mlir::arith::DivFOp op) {
+        if (!declared.contains(op.getOperation()) && op.getType().isF32())
+            op.setFastmath(op.getFastmath() | mlir::arith::FastMathFlags::arcp | mlir::arith::FastMathFlags::ninf | mlir::arith::FastMathFlags::afn);
+    });
 }
 
 }  // namespace
@@ -125,9 +159,26 @@ std::string print_op(mlir::Operation *op, bool locations) {
     return s;
 }
 
-void lower_cpu_to_llvm_dialect(mlir::ModuleOp module, const StageSink &sink) {
+StreamingArgs lower_cpu_to_llvm_dialect(mlir::ModuleOp module, const StageSink &sink) {
     mlir::MLIRContext &ctx = *module->getContext();
     Diagnostics d(ctx);
+    // The streamed outputs' places among the LLVM function's arguments: a memref of rank r is
+    // 3 + 2r of them (allocated and aligned pointers, offset, sizes, strides), anything else one.
+    StreamingArgs streaming;
+    module.walk([&](mlir::func::FuncOp fn) {
+        unsigned first = 0;
+        for (unsigned i = 0; i < fn.getNumArguments(); ++i) {
+            const mlir::Type t = fn.getArgument(i).getType();
+            auto mt = llvm::dyn_cast<mlir::MemRefType>(t);
+            if (fn.getArgAttr(i, kStreamingArgAttr)) {
+                if (!mt) throw std::runtime_error("mlir: a streamed output that is not a memref");
+                streaming.function = fn.getName().str();
+                streaming.outputs.push_back({first, (int)mt.getRank(), (int)(mt.getElementTypeBitWidth() / 8)});
+                fn.removeArgAttr(i, kStreamingArgAttr);
+            }
+            first += mt ? 3 + 2 * (unsigned)mt.getRank() : 1;
+        }
+    });
     if (sink) sink("linalg", print_op(module, sink.locations));
     {
         mlir::PassManager pm(&ctx);
@@ -151,22 +202,24 @@ void lower_cpu_to_llvm_dialect(mlir::ModuleOp module, const StageSink &sink) {
     pm.addPass(mlir::createConvertControlFlowToLLVMPass());
     pm.addPass(mlir::createReconcileUnrealizedCastsPass());
     run(pm, module, d, "lowering to the LLVM dialect");
+    return streaming;
 }
 
-std::string host_llvm_ir(mlir::ModuleOp module) {
+std::string host_llvm_ir(mlir::ModuleOp module, const StreamingArgs &streaming) {
     auto tm = host_machine();
     llvm::LLVMContext ctx;
-    auto ir = optimized_ir(module, ctx, *tm);
+    auto ir = optimized_ir(module, ctx, *tm, streaming);
     std::string s;
     llvm::raw_string_ostream os(s);
     ir->print(os, nullptr);
     return s;
 }
 
-void emit_host_object(mlir::ModuleOp module, const std::string &path) {
+StreamingResult emit_host_object(mlir::ModuleOp module, const std::string &path, const StreamingArgs &streaming) {
     auto tm = host_machine();
     llvm::LLVMContext ctx;
-    auto ir = optimized_ir(module, ctx, *tm);
+    StreamingResult marked;
+    auto ir = optimized_ir(module, ctx, *tm, streaming, &marked);
     std::string tmp = path + ".tmp";
     {
         std::error_code ec;
@@ -180,6 +233,7 @@ void emit_host_object(mlir::ModuleOp module, const std::string &path) {
         if (out.has_error()) throw std::runtime_error("writing " + tmp + " failed");
     }
     if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + tmp + " to " + path);
+    return marked;
 }
 
 Isa host_isa() {
@@ -202,13 +256,13 @@ struct Jit::Impl {
     std::unique_ptr<mlir::ExecutionEngine> engine;
 };
 
-Jit::Jit(mlir::ModuleOp module, const std::string &function) : impl_(std::make_unique<Impl>()) {
+Jit::Jit(mlir::ModuleOp module, const std::string &function, const StreamingArgs &streaming) : impl_(std::make_unique<Impl>()) {
     init_llvm();
     auto tm = host_machine();
     mlir::ExecutionEngineOptions options;
     // options.transformer is a function_ref: the std::function it refers to must outlive create()
     // (assigned from the temporary it dangled; found by AddressSanitizer, stack-use-after-scope).
-    const std::function<llvm::Error(llvm::Module *)> transformer = mlir::makeOptimizingTransformer(3, 0, tm.get());
+    const std::function<llvm::Error(llvm::Module *)> transformer = [&](llvm::Module *m) { return optimize(*m, *tm, streaming); };
     options.transformer = transformer;
     auto engine = mlir::ExecutionEngine::create(module, options);
     if (!engine) throw std::runtime_error("mlir: JIT compilation failed: " + llvm::toString(engine.takeError()));

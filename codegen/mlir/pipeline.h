@@ -3,6 +3,7 @@
 // file, the JIT used by `verify`, and the printing of each stage for `explain`.
 #pragma once
 
+#include "codegen/mlir/streaming.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "runtime/manifest_schema.h"
 
@@ -24,13 +25,16 @@ struct StageSink {
 };
 
 // linalg -> scf loops -> LLVM dialect, in place. Throws std::runtime_error with MLIR's diagnostics.
-void lower_cpu_to_llvm_dialect(mlir::ModuleOp module, const StageSink &sink = {});
+// Returns the outputs lower_cpu marked for streaming stores (the marks are taken off), for the
+// LLVM step of the three functions below.
+StreamingArgs lower_cpu_to_llvm_dialect(mlir::ModuleOp module, const StageSink &sink = {});
 
 // LLVM-dialect module -> optimized LLVM IR text for the host (`explain --stage llvm`).
-std::string host_llvm_ir(mlir::ModuleOp module);
+std::string host_llvm_ir(mlir::ModuleOp module, const StreamingArgs &streaming = {});
 
-// LLVM-dialect module -> ELF object for the host CPU with all its features.
-void emit_host_object(mlir::ModuleOp module, const std::string &path);
+// LLVM-dialect module -> ELF object for the host CPU with all its features. Returns what the
+// streaming step marked (nothing without `streaming`).
+StreamingResult emit_host_object(mlir::ModuleOp module, const std::string &path, const StreamingArgs &streaming = {});
 
 // The host's ISA (Avx512 when LLVM sees AVX-512 F/CD/BW/DQ/VL, else Avx2) and the CPU features
 // (__builtin_cpu_supports names) an object built for it needs.
@@ -41,7 +45,7 @@ std::vector<std::string> host_cpu_features();
 // `_mlir_ciface_<function>`.
 class Jit {
 public:
-    Jit(mlir::ModuleOp module, const std::string &function);
+    Jit(mlir::ModuleOp module, const std::string &function, const StreamingArgs &streaming = {});
     ~Jit();
     void *ciface() const { return ciface_; }
 

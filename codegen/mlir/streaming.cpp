@@ -1,5 +1,6 @@
 #include "codegen/mlir/streaming.h"
 
+#include "llvm/Analysis/ValueTracking.h"
 #include "llvm/Bitcode/BitcodeReader.h"
 #include "llvm/IR/IRBuilder.h"
 #include "llvm/IR/InlineAsm.h"
@@ -17,6 +18,7 @@
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Triple.h"
+#include "llvm/Transforms/Utils/Cloning.h"
 
 #include <cstdio>
 #include <regex>
@@ -122,7 +124,109 @@ bool has_feature(const llvm::Function &f, const std::string &feature) {
     return s.find("," + feature + ",") != std::string::npos;
 }
 
+// The stored value through an empty inline asm, so that instruction selection cannot fold the
+// cast that made it into the store: a store of bfloat vectors (LLVM 22) or a truncating store
+// (vpmovdw: an i32 -> i16 trunc stored) has no non-temporal form on x86, and the mark is dropped.
+void keep_in_register(llvm::StoreInst &st) {
+    llvm::Type *t = st.getValueOperand()->getType();
+    llvm::InlineAsm *keep = llvm::InlineAsm::get(llvm::FunctionType::get(t, {t}, false), "", "=v,0", false);
+    st.setOperand(0, llvm::IRBuilder<>(&st).CreateCall(keep, {st.getValueOperand()}));
+}
+
+// An sfence before every return of `f`: its streaming stores are weakly ordered, and whoever
+// waits for the function (a parallel task's completion) must not overtake them.
+void fence_returns(llvm::Function &f) {
+    llvm::Function *sfence = llvm::Intrinsic::getOrInsertDeclaration(f.getParent(), llvm::Intrinsic::x86_sse_sfence);
+    for (llvm::BasicBlock &bb : f)
+        if (auto *ret = llvm::dyn_cast<llvm::ReturnInst>(bb.getTerminator())) llvm::IRBuilder<>(ret).CreateCall(sfence);
+}
+
 }  // namespace
+
+void version_for_streaming(llvm::Module &m, const StreamingArgs &args) {
+    llvm::Function *f = m.getFunction(args.function);
+    if (!f || f->isDeclaration()) throw std::runtime_error("streaming stores: the module has no function " + args.function);
+    if (!f->getReturnType()->isVoidTy()) throw std::runtime_error("streaming stores: " + args.function + " returns a value");
+    llvm::LLVMContext &ctx = m.getContext();
+    for (const StreamingArgs::Output &o : args.outputs)
+        if (o.first + 3 + 2 * (unsigned)o.rank > f->arg_size() || o.elem_bytes < 1 || 64 % o.elem_bytes != 0)
+            throw std::runtime_error("streaming stores: output arguments past " + args.function + "'s");
+
+    llvm::ValueToValueMapTy vmap;
+    llvm::Function *nt = llvm::CloneFunction(f, vmap);
+    nt->setName(args.function + "_streaming");
+    nt->setLinkage(llvm::GlobalValue::InternalLinkage);
+    // Inlined into the check's branch, its facts would be lost (the argument's alignment goes,
+    // and the masks fold away under the dominating check).
+    nt->addFnAttr(llvm::Attribute::NoInline);
+    // The clone: what the check established, as IR LLVM reasons with (the masks are identities there).
+    llvm::IRBuilder<> b(&*nt->getEntryBlock().getFirstInsertionPt());
+    auto masked = [&](llvm::Function *fn, unsigned i, int64_t multiple) {
+        llvm::Argument *a = fn->getArg(i);
+        llvm::Value *v = b.CreateAnd(a, llvm::ConstantInt::get(a->getType(), -multiple));
+        a->replaceUsesWithIf(v, [&](llvm::Use &u) { return u.getUser() != v; });
+    };
+    for (const StreamingArgs::Output &o : args.outputs) {
+        const int64_t multiple = 64 / o.elem_bytes;
+        nt->addParamAttr(o.first + 1, llvm::Attribute::getWithAlignment(ctx, llvm::Align(64)));
+        masked(nt, o.first + 2, multiple);
+        for (int k = 0; k + 1 < o.rank; ++k) masked(nt, o.first + 3 + (unsigned)o.rank + (unsigned)k, multiple);
+    }
+
+    // The original: a check at its entry (its static allocas stay in the entry block), the clone on success.
+    llvm::BasicBlock *body = &f->getEntryBlock();
+    llvm::BasicBlock *check = llvm::BasicBlock::Create(ctx, "streaming.check", f, body);
+    llvm::BasicBlock *call = llvm::BasicBlock::Create(ctx, "streaming.call", f, body);
+    std::vector<llvm::AllocaInst *> allocas;
+    for (llvm::Instruction &i : *body)
+        if (auto *a = llvm::dyn_cast<llvm::AllocaInst>(&i); a && a->isStaticAlloca()) allocas.push_back(a);
+    for (llvm::AllocaInst *a : allocas) a->moveBefore(check->end());
+    b.SetInsertPoint(check);
+    llvm::Value *ok = b.getTrue();
+    auto zero_low_bits = [&](llvm::Value *v, int64_t multiple) {
+        if (v->getType()->isPointerTy()) v = b.CreatePtrToInt(v, b.getInt64Ty());
+        return b.CreateICmpEQ(b.CreateAnd(v, llvm::ConstantInt::get(v->getType(), multiple - 1)), llvm::ConstantInt::get(v->getType(), 0));
+    };
+    for (const StreamingArgs::Output &o : args.outputs) {
+        const int64_t multiple = 64 / o.elem_bytes;
+        ok = b.CreateAnd(ok, zero_low_bits(f->getArg(o.first + 1), 64));
+        ok = b.CreateAnd(ok, zero_low_bits(f->getArg(o.first + 2), multiple));
+        for (int k = 0; k + 1 < o.rank; ++k) ok = b.CreateAnd(ok, zero_low_bits(f->getArg(o.first + 3 + (unsigned)o.rank + (unsigned)k), multiple));
+    }
+    b.CreateCondBr(ok, call, body);
+    b.SetInsertPoint(call);
+    std::vector<llvm::Value *> pass;
+    for (llvm::Argument &a : f->args()) pass.push_back(&a);
+    b.CreateCall(nt, pass);
+    b.CreateRetVoid();
+}
+
+StreamingResult mark_streaming_stores(llvm::Module &m) {
+    StreamingResult r;
+    llvm::MDNode *nt = llvm::MDNode::get(m.getContext(), {llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(llvm::Type::getInt32Ty(m.getContext()), 1))});
+    for (llvm::Function &f : m) {
+        bool any = false;
+        for (llvm::BasicBlock &bb : f)
+            for (llvm::Instruction &i : bb) {
+                auto *st = llvm::dyn_cast<llvm::StoreInst>(&i);
+                if (!st || !st->getValueOperand()->getType()->isVectorTy()) continue;
+                const uint64_t bytes = m.getDataLayout().getTypeStoreSize(st->getValueOperand()->getType()).getFixedValue();
+                // A whole vector on its boundary (what x86's non-temporal stores take), into a
+                // buffer the caller passed: an argument or a field of a memref descriptor.
+                if (bytes < 16 || bytes > 64 || st->getAlign().value() < bytes) continue;
+                const llvm::Value *base = llvm::getUnderlyingObject(st->getPointerOperand(), 0);
+                if (!llvm::isa<llvm::Argument>(base) && !llvm::isa<llvm::LoadInst>(base)) continue;
+                st->setMetadata(llvm::LLVMContext::MD_nontemporal, nt);
+                if (llvm::isa<llvm::CastInst>(st->getValueOperand())) keep_in_register(*st);  // bf16 storage: a trunc to i16
+                ++r.marked;
+                any = true;
+            }
+        if (!any) continue;
+        ++r.functions;
+        fence_returns(f);
+    }
+    return r;
+}
 
 StreamingResult compile_streaming_object(const std::string &bitcode_path, const std::vector<std::string> &buffers,
                                          const std::string &object_path, bool native_bf16) {
@@ -160,19 +264,14 @@ StreamingResult compile_streaming_object(const std::string &bitcode_path, const 
                 // A native bf16 conversion stored as is loses the mark: LLVM 22 folds the bitcast
                 // into a store of bfloat vectors, which has no non-temporal pattern on x86, and
                 // emits vmovaps. An empty inline asm keeps the stored value an integer vector.
-                if (auto *bc = llvm::dyn_cast<llvm::BitCastInst>(st->getValueOperand()); bc && bc->getSrcTy()->getScalarType()->isBFloatTy()) {
-                    llvm::Type *t = bc->getType();
-                    llvm::InlineAsm *keep = llvm::InlineAsm::get(llvm::FunctionType::get(t, {t}, false), "", "=v,0", false);
-                    st->setOperand(0, llvm::IRBuilder<>(st).CreateCall(keep, {bc}));
-                }
+                if (auto *bc = llvm::dyn_cast<llvm::BitCastInst>(st->getValueOperand()); bc && bc->getSrcTy()->getScalarType()->isBFloatTy())
+                    keep_in_register(*st);
                 ++r.marked;
                 any = true;
             }
         if (!any) continue;
         ++r.functions;
-        llvm::Function *sfence = llvm::Intrinsic::getOrInsertDeclaration(m.get(), llvm::Intrinsic::x86_sse_sfence);
-        for (llvm::BasicBlock &bb : f)
-            if (auto *ret = llvm::dyn_cast<llvm::ReturnInst>(bb.getTerminator())) llvm::IRBuilder<>(ret).CreateCall(sfence);
+        fence_returns(f);
     }
 
     const llvm::Triple triple(m->getTargetTriple());

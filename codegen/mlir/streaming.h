@@ -25,6 +25,10 @@
 #include <string>
 #include <vector>
 
+namespace llvm {
+class Module;
+}
+
 namespace normgen::mlirgen {
 
 struct StreamingResult {
@@ -38,5 +42,33 @@ struct StreamingResult {
 // `native_bf16`, writes `object_path`. Throws std::runtime_error on unreadable bitcode.
 StreamingResult compile_streaming_object(const std::string &bitcode_path, const std::vector<std::string> &buffers,
                                          const std::string &object_path, bool native_bf16 = false);
+
+// ---- The MLIR backend's own kernels (the mlir-cpu knob streaming_stores) ----------------------
+//
+// LLVM's loop vectorizer does the SIMD work of an MLIR CPU kernel, and it does not vectorize a
+// scalar store marked non-temporal; so the marks go on after it, on the vector stores it made.
+// Before O3, version_for_streaming gives the kernel function a second body for calls whose streamed
+// outputs are aligned: a check at its entry (each output's data 64-byte aligned, its offset and
+// every stride but the innermost a multiple of 64 bytes) calls a clone in which those facts are
+// written into the IR (an `align 64` argument, offset and strides masked to their multiple: the
+// identity for a call that passed the check), so that LLVM itself proves which of its vector
+// stores are aligned. After O3, mark_streaming_stores marks every vector store into a caller's
+// buffer (not the kernel's own allocations) that LLVM proved aligned to its whole width, and puts
+// an sfence before the returns of each function with one. A call that fails the check, and the
+// tails of rows, take ordinary stores: no runtime requirement on the caller.
+struct StreamingArgs {
+    std::string function;  // the LLVM function of the kernel (not its _mlir_ciface_ wrapper)
+    struct Output {
+        unsigned first = 0;  // its memref's first argument: allocated, aligned, offset, sizes..., strides...
+        int rank = 0;
+        int elem_bytes = 4;
+    };
+    std::vector<Output> outputs;
+    explicit operator bool() const { return !outputs.empty(); }
+};
+
+// Throws std::runtime_error when the module has no definition of args.function.
+void version_for_streaming(llvm::Module &m, const StreamingArgs &args);
+StreamingResult mark_streaming_stores(llvm::Module &m);
 
 }  // namespace normgen::mlirgen

@@ -295,8 +295,9 @@ TEST_CASE("the schedule space follows the plan", "[tuning]") {
     const NormSpec ln = catalog("layer_norm");
     const KernelPlan p = make_plan(ln, DType::F32, Variant::Core);
     const auto mlir = schedule_space(ln, p, choose_schedule(p, ScheduleKind::MlirCpu, Isa::Avx2), 4096);
-    REQUIRE(!mlir.empty());
-    CHECK(mlir[0].knob == "chunk_bytes");
+    REQUIRE(mlir.size() >= 2);
+    CHECK(mlir[0].knob == "streaming_stores");  // rows of 4096 f32: whole 64-byte lines
+    CHECK(mlir[1].knob == "chunk_bytes");
     // Row pipelining for the row layouts only (BatchNorm's statistics span the rows).
     auto mlir_knobs = [](const std::string &layer) {
         const NormSpec s = catalog(layer);
@@ -308,6 +309,16 @@ TEST_CASE("the schedule space follows the plan", "[tuning]") {
     CHECK(has(mlir_knobs("layer_norm"), "pipeline_elements"));
     CHECK(has(mlir_knobs("rms_norm"), "pipeline_elements"));
     CHECK_FALSE(has(mlir_knobs("batch_norm_train"), "pipeline_elements"));
+    // Blocked sums only where the layer sums (DyT has none); streaming stores where a row of the
+    // tuned shape fills whole 64-byte lines (64 f32 here, not 56).
+    CHECK_FALSE(has(mlir_knobs("dyt"), "sum_block"));
+    CHECK(has(mlir_knobs("dyt"), "streaming_stores"));
+    const NormSpec bn = catalog("batch_norm_train");
+    const KernelPlan bp = make_plan(bn, DType::F32, Variant::Core);
+    std::vector<std::string> bn56;
+    for (const KnobChoice &k : schedule_space(bn, bp, choose_schedule(bp, ScheduleKind::MlirCpu, Isa::Avx512), 56)) bn56.push_back(k.knob);
+    CHECK_FALSE(has(bn56, "streaming_stores"));
+    CHECK(has(bn56, "sum_block"));
 }
 
 TEST_CASE("the search finds a schedule planted in a toy space, and a rejected candidate never wins", "[tuning]") {
