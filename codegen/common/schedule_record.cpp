@@ -215,7 +215,8 @@ StreamingRequirement streaming_requirement(const NormSpec &spec, const KernelPla
     return r;
 }
 
-std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &defaults, int64_t inner_extent) {
+std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &defaults, int64_t inner_extent,
+                                       int64_t plane_extent) {
     std::vector<KnobChoice> space;
     int inner_multiple = 1;
     for (int m : {16, 8, 4, 2})
@@ -229,9 +230,10 @@ std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &p
         if (values.size() > 1) space.push_back({knob, values});
     };
     if (defaults.kind() == ScheduleKind::MlirCpu) {
-        // Streaming stores first where rows can start on 64-byte lines (the kernel checks it at
-        // entry; an f32 row of 16 elements is one line); blocked sums only where there are sums.
-        if (inner_multiple >= 16 && !plan.main_order.empty()) add("streaming_stores", {0, 1});
+        // Streaming stores first where rows (or, fused, planes) can start on 64-byte lines (the
+        // kernel checks it at entry; 16 f32 are one line); blocked sums only where there are sums.
+        const bool plane_lines = plan.main_order.size() >= 3 && plane_extent > 0 && plane_extent % 16 == 0 && defaults.flag("fuse_trailing");
+        if ((inner_multiple >= 16 || plane_lines) && !plan.main_order.empty()) add("streaming_stores", {0, 1});
         add("chunk_bytes", {128 << 10, 512 << 10, 2 << 20, 8 << 20});
         const bool sums = std::any_of(plan.stages.begin(), plan.stages.end(), [](const PlanStage &st) { return !st.reductions.empty(); });
         if (sums) add("sum_block", {64, 256, 1024});

@@ -83,7 +83,10 @@ struct KnobChoice {
     // constant: without it the fused channel index is not linear and every load is a gather).
     std::vector<std::pair<std::string, int64_t>> with = {};
 };
-std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &defaults, int64_t inner_extent);
+// `plane_extent`: the two innermost extents' product when the main output has three axes or more
+// (an MLIR kernel streams a contiguous plane as one loop; 0: none).
+std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &defaults, int64_t inner_extent,
+                                       int64_t plane_extent = 0);
 
 // Overrides from the command line: `spec` is a path to a JSON file (a record or an object of knobs)
 // when such a file exists or it ends in ".json", else "knob=value,knob=value". Knobs the record's

@@ -776,7 +776,9 @@ private:
                 continue;
             }
             backends.push_back(b);
-            space[b] = schedule_space(*j.spec, j.plan, b == "halide" ? hdef : mdef, j.extents.at((size_t)j.plan.main_order.back()));
+            const std::vector<AxisId> &order = j.plan.main_order;
+            const int64_t plane = order.size() >= 3 ? j.extents.at((size_t)order.back()) * j.extents.at((size_t)order[order.size() - 2]) : 0;
+            space[b] = schedule_space(*j.spec, j.plan, b == "halide" ? hdef : mdef, j.extents.at((size_t)order.back()), plane);
         }
         if (o_.dry_run) {
             progress_.line("  " + head + ": shape " + sizes_text(*j.spec, j.extents) + ", limit: " + j.limit.why);

@@ -141,6 +141,13 @@ void fence_returns(llvm::Function &f) {
         if (auto *ret = llvm::dyn_cast<llvm::ReturnInst>(bb.getTerminator())) llvm::IRBuilder<>(ret).CreateCall(sfence);
 }
 
+// Whether the aligned version needs dimension k's stride to be whole 64-byte lines. Every outer
+// dimension's but, from rank 3 up, the second-innermost's: there the kernel runs the two innermost
+// axes as one loop when they are contiguous (fuse_trailing, checked at run time: BatchNorm's and
+// GroupNorm's h x w planes), whose stores need only the planes on line boundaries, so 56 x 56
+// planes stream too; the unfused loops' stores, unproven, stay ordinary.
+bool whole_lines(const StreamingArgs::Output &o, int k) { return o.rank < 3 || k != o.rank - 2; }
+
 }  // namespace
 
 void version_for_streaming(llvm::Module &m, const StreamingArgs &args) {
@@ -170,7 +177,8 @@ void version_for_streaming(llvm::Module &m, const StreamingArgs &args) {
         const int64_t multiple = 64 / o.elem_bytes;
         nt->addParamAttr(o.first + 1, llvm::Attribute::getWithAlignment(ctx, llvm::Align(64)));
         masked(nt, o.first + 2, multiple);
-        for (int k = 0; k + 1 < o.rank; ++k) masked(nt, o.first + 3 + (unsigned)o.rank + (unsigned)k, multiple);
+        for (int k = 0; k + 1 < o.rank; ++k)
+            if (whole_lines(o, k)) masked(nt, o.first + 3 + (unsigned)o.rank + (unsigned)k, multiple);
     }
 
     // The original: a check at its entry (its static allocas stay in the entry block), the clone on success.
@@ -191,7 +199,8 @@ void version_for_streaming(llvm::Module &m, const StreamingArgs &args) {
         const int64_t multiple = 64 / o.elem_bytes;
         ok = b.CreateAnd(ok, zero_low_bits(f->getArg(o.first + 1), 64));
         ok = b.CreateAnd(ok, zero_low_bits(f->getArg(o.first + 2), multiple));
-        for (int k = 0; k + 1 < o.rank; ++k) ok = b.CreateAnd(ok, zero_low_bits(f->getArg(o.first + 3 + (unsigned)o.rank + (unsigned)k), multiple));
+        for (int k = 0; k + 1 < o.rank; ++k)
+            if (whole_lines(o, k)) ok = b.CreateAnd(ok, zero_low_bits(f->getArg(o.first + 3 + (unsigned)o.rank + (unsigned)k), multiple));
     }
     b.CreateCondBr(ok, call, body);
     b.SetInsertPoint(call);

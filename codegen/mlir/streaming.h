@@ -49,7 +49,7 @@ StreamingResult compile_streaming_object(const std::string &bitcode_path, const 
 // scalar store marked non-temporal; so the marks go on after it, on the vector stores it made.
 // Before O3, version_for_streaming gives the kernel function a second body for calls whose streamed
 // outputs are aligned: a check at its entry (each output's data 64-byte aligned, its offset and
-// every stride but the innermost a multiple of 64 bytes) calls a clone in which those facts are
+// every stride but the innermost a multiple of 64 bytes, from rank 3 up but the second-innermost, whose plane fuse_trailing may run as one loop) calls a clone in which those facts are
 // written into the IR (an `align 64` argument, offset and strides masked to their multiple: the
 // identity for a call that passed the check), so that LLVM itself proves which of its vector
 // stores are aligned. After O3, mark_streaming_stores marks every vector store into a caller's
