@@ -172,6 +172,8 @@ StreamingArgs lower_cpu_to_llvm_dialect(mlir::ModuleOp module, const StageSink &
             auto mt = llvm::dyn_cast<mlir::MemRefType>(t);
             if (fn.getArgAttr(i, kStreamingArgAttr)) {
                 if (!mt) throw std::runtime_error("mlir: a streamed output that is not a memref");
+                if (!streaming.function.empty() && streaming.function != fn.getName().str())
+                    throw std::runtime_error("mlir: streamed outputs in two functions (" + streaming.function + ", " + fn.getName().str() + ")");
                 streaming.function = fn.getName().str();
                 streaming.outputs.push_back({first, (int)mt.getRank(), (int)(mt.getElementTypeBitWidth() / 8)});
                 fn.removeArgAttr(i, kStreamingArgAttr);
