@@ -69,7 +69,7 @@ const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k) {
          "the next step's first statistics sweep (layers whose reductions are over the innermost axis alone)"},
         {"streaming_stores", 0, 0, 1, true, false,
          "non-temporal stores of the main output (and outputs of its shape) where LLVM's vectorized loops store whole aligned "
-         "vectors: the kernel checks at entry that those outputs are 64-byte aligned with rows of whole 64 bytes, other calls "
+         "vectors: the kernel checks at entry that those outputs are 64-byte aligned with rows (or h x w planes) of whole 64 bytes, other calls "
          "store as usual"},
     };
     static const std::vector<KnobSpec> mlir_cuda{

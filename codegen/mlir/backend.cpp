@@ -199,7 +199,7 @@ json compile_cpu_kernel(const NormSpec &spec, const KernelPlan &plan, const Sche
                          "reassociated sums); chunks along " +
                          (split.axes.empty() ? std::string("nothing (one call)") : "the first long enough of " + spec.axes_text(split.axes));
     if (streaming)
-        info.schedule_text += "; streaming stores when the outputs are 64-byte aligned with rows of whole 64 bytes (" +
+        info.schedule_text += "; streaming stores when the outputs are 64-byte aligned with rows (or h x w planes) of whole 64 bytes (" +
                               std::to_string(marked.marked) + " vector stores marked, checked at entry; other calls store as usual)";
     json e = manifest_entry(spec, plan, info);
     e["split"] = {{"axes", axis_names_json(spec, split.axes)}, {"dims", split.dims}};

@@ -148,6 +148,15 @@ void fence_returns(llvm::Function &f) {
 // planes stream too; the unfused loops' stores, unproven, stay ordinary.
 bool whole_lines(const StreamingArgs::Output &o, int k) { return o.rank < 3 || k != o.rank - 2; }
 
+// The integer arguments of output `o` the aligned version needs to be whole 64-byte lines (in
+// elements): its offset and the strides whole_lines names. The check tests them, the clone masks them.
+std::vector<unsigned> line_args(const StreamingArgs::Output &o) {
+    std::vector<unsigned> r{o.first + 2};
+    for (int k = 0; k + 1 < o.rank; ++k)
+        if (whole_lines(o, k)) r.push_back(o.first + 3 + (unsigned)o.rank + (unsigned)k);
+    return r;
+}
+
 }  // namespace
 
 void version_for_streaming(llvm::Module &m, const StreamingArgs &args) {
@@ -168,17 +177,15 @@ void version_for_streaming(llvm::Module &m, const StreamingArgs &args) {
     nt->addFnAttr(llvm::Attribute::NoInline);
     // The clone: what the check established, as IR LLVM reasons with (the masks are identities there).
     llvm::IRBuilder<> b(&*nt->getEntryBlock().getFirstInsertionPt());
-    auto masked = [&](llvm::Function *fn, unsigned i, int64_t multiple) {
-        llvm::Argument *a = fn->getArg(i);
+    auto masked = [&](unsigned i, int64_t multiple) {
+        llvm::Argument *a = nt->getArg(i);
         llvm::Value *v = b.CreateAnd(a, llvm::ConstantInt::get(a->getType(), -multiple));
         a->replaceUsesWithIf(v, [&](llvm::Use &u) { return u.getUser() != v; });
     };
     for (const StreamingArgs::Output &o : args.outputs) {
         const int64_t multiple = 64 / o.elem_bytes;
         nt->addParamAttr(o.first + 1, llvm::Attribute::getWithAlignment(ctx, llvm::Align(64)));
-        masked(nt, o.first + 2, multiple);
-        for (int k = 0; k + 1 < o.rank; ++k)
-            if (whole_lines(o, k)) masked(nt, o.first + 3 + (unsigned)o.rank + (unsigned)k, multiple);
+        for (unsigned i : line_args(o)) masked(i, multiple);
     }
 
     // The original: a check at its entry (its static allocas stay in the entry block), the clone on success.
@@ -198,9 +205,7 @@ void version_for_streaming(llvm::Module &m, const StreamingArgs &args) {
     for (const StreamingArgs::Output &o : args.outputs) {
         const int64_t multiple = 64 / o.elem_bytes;
         ok = b.CreateAnd(ok, zero_low_bits(f->getArg(o.first + 1), 64));
-        ok = b.CreateAnd(ok, zero_low_bits(f->getArg(o.first + 2), multiple));
-        for (int k = 0; k + 1 < o.rank; ++k)
-            if (whole_lines(o, k)) ok = b.CreateAnd(ok, zero_low_bits(f->getArg(o.first + 3 + (unsigned)o.rank + (unsigned)k), multiple));
+        for (unsigned i : line_args(o)) ok = b.CreateAnd(ok, zero_low_bits(f->getArg(i), multiple));
     }
     b.CreateCondBr(ok, call, body);
     b.SetInsertPoint(call);
