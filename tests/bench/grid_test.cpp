@@ -62,7 +62,9 @@ TEST_CASE("every grid case names a catalog layer and exactly its free axes", "[b
         CHECK(names.count(g.name()) == 1);
         if (g.dram) short_dram.insert(g.layer);
     }
-    CHECK(short_dram == std::set<std::string>{"layer_norm", "rms_norm"});
+    // (BatchNorm training's 32 x 256 x 56 x 56, 196 MiB in + out, is DRAM-sized too below a 49 MiB L3.)
+    CHECK(short_dram.count("layer_norm") == 1);
+    CHECK(short_dram.count("rms_norm") == 1);
 }
 
 TEST_CASE("on the grid's small cases the kernel and every baseline pass the reference check", "[bench]") {
