@@ -5,6 +5,7 @@
 #include "runtime/errors.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -217,6 +218,24 @@ std::vector<std::pair<ScheduleRecord, json>> kernel_schedules(const ScheduleReco
         for (const json &w : wins) same->second.push_back(w);
     }
     return kernels;
+}
+
+std::vector<const TuningRecord *> warm_starts(const std::vector<TuningRecord> &best, const CpuFingerprint &cpu, const ShapeClass &shape) {
+    const std::string here = cpu.key();
+    std::vector<std::pair<double, const TuningRecord *>> near;
+    for (const TuningRecord &r : best) {
+        if (r.cpu.key() != here || r.variant != "core" || r.role == "autoscheduler") continue;
+        const double d = r.shape.key() == shape.key() ? 0.0 : loose_shape_distance(shape, r.shape);
+        if (std::isfinite(d)) near.push_back({d, &r});
+    }
+    // The class's own entry first among equals (another class can also be 0 octaves away).
+    std::stable_sort(near.begin(), near.end(), [&](const auto &a, const auto &b) {
+        if (a.first != b.first) return a.first < b.first;
+        return a.second->shape.key() == shape.key() && b.second->shape.key() != shape.key();
+    });
+    std::vector<const TuningRecord *> out;
+    for (const auto &[d, r] : near) out.push_back(r);
+    return out;
 }
 
 json tuned_manifest_field(const TunedSchedule &t) {

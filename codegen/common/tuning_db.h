@@ -117,6 +117,13 @@ std::vector<std::pair<ScheduleRecord, nlohmann::json>> kernel_schedules(const Sc
                                                                         const std::string &backend, const std::string &isa,
                                                                         const std::string &what);
 
+// The index entries a retune of `shape` on `cpu` starts from (warm starts), nearest first: the
+// class's own last choice on that CPU (distance 0: a retune with a smaller budget, or in a noisier
+// hour, then measures it beside whatever it finds instead of losing it), then other classes' choices
+// on that CPU by loose_shape_distance. Core kernels only, no autoscheduler rows; the caller takes
+// the first few that fit its search space.
+std::vector<const TuningRecord *> warm_starts(const std::vector<TuningRecord> &best, const CpuFingerprint &cpu, const ShapeClass &shape);
+
 // The "tuned" list of a manifest entry: the classes a kernel won ({"shape": ..., "cpu": ...,
 // "sizes": ..., "frac": ...}), read by the registry's dispatch (runtime/registry.h).
 nlohmann::json tuned_manifest_field(const TunedSchedule &t);

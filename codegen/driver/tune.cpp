@@ -729,10 +729,9 @@ private:
 
     std::string gbps(const State &s, const Timing &t) const { return fmt((double)s.job->limit.bytes / t.median / 1e9) + " GB/s"; }
 
-    // Warm starts (CoordinateSearch::add_seed): the schedules this layer's index chose for other
-    // classes on this CPU, nearest first (loose_shape_distance: octaves between the buckets, another
-    // footprint, alignment class or storage type counting too), three at most; those outside this
-    // class's space are left out by the search.
+    // Warm starts (CoordinateSearch::add_seed; tuning_db.h warm_starts): the class's own last choice
+    // on this CPU, then the schedules this layer's index chose for other classes on it, nearest
+    // first, three at most; those outside this class's space are left out by the search.
     void add_seeds(CoordinateSearch &search, const ClassJob &j) {
         std::vector<TuningRecord> prior;
         try {
@@ -740,21 +739,14 @@ private:
         } catch (const UserError &) {
             return;  // an unreadable index: no warm start (compaction says why)
         }
-        const std::string here = this_cpu().key();
-        std::vector<std::pair<double, const TuningRecord *>> near;
-        for (const TuningRecord &r : prior) {
-            if (r.cpu.key() != here || r.variant != "core" || r.role == "autoscheduler" || r.shape.key() == j.shape.key()) continue;
-            const double d = loose_shape_distance(j.shape, r.shape);
-            if (std::isfinite(d)) near.push_back({d, &r});
-        }
-        std::stable_sort(near.begin(), near.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
         int taken = 0;
-        for (const auto &[d, r] : near) {
+        for (const TuningRecord *r : warm_starts(prior, this_cpu(), j.shape)) {
             if (taken == 3) break;
             const ScheduleKind kind = r->backend == "halide" ? ScheduleKind::HalideCpu : ScheduleKind::MlirCpu;
+            const std::string what = r->shape.key() == j.shape.key() ? "this class's last choice" : "winner of " + r->shape.key();
             try {
                 const ScheduleRecord rec = ScheduleRecord::from_json(r->schedule, kind, db_.best_path(j.spec->name));
-                if (search.add_seed(r->backend, rec, "winner of " + r->shape.key())) ++taken;
+                if (search.add_seed(r->backend, rec, what)) ++taken;
             } catch (const UserError &) {
                 // a record of another knob set: not a seed
             }

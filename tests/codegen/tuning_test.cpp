@@ -423,6 +423,36 @@ TEST_CASE("a seed from a neighbouring class comes first, wins when faster, and m
         call, shape_class(bn, make_plan(bn, DType::BF16, Variant::Core), extents_from_sizes(bn, {{"n", 32}, {"c", 64}, {"h", 56}, {"w", 56}}), x))));
 }
 
+TEST_CASE("a retune starts from the class's own last choice on this CPU, then its neighbours'", "[tuning]") {
+    // GroupNorm NCHW's 640 MiB class on the AVX-512 EPYC: a 40 s retune found nothing better than
+    // the default in 14 candidates, and the index then forgot the 1.5x choice of the run before.
+    const NormSpec rms = catalog("rms_norm");
+    const KernelPlan plan = make_plan(rms, DType::F32, Variant::Core);
+    const ScheduleRecord def = choose_schedule(plan, ScheduleKind::HalideCpu, Isa::Avx512);
+    const CpuFingerprint here = cpu("avx512", 32), other = cpu("avx512", 480);
+    auto cls = [&](int64_t r, int64_t d, const CpuFingerprint &c) {
+        return shape_class(rms, plan, extents_from_sizes(rms, {{"rows", r}, {"d", d}}), c);
+    };
+    const ShapeClass call = cls(16384, 8192, here);
+    ScheduleRecord s1 = def, s2 = def, s3 = def;
+    s1.set("row_accumulators", 1);
+    s2.set("row_accumulators", 2);
+    s3.set("row_accumulators", 8);
+    std::vector<TuningRecord> best{
+        record(rms, cls(4096, 8192, here), here, s1, 30, "t1", true),                       // 2 octaves away
+        record(rms, call, other, s2, 30, "t1", true),                                       // the class, another CPU
+        record(rms, call, here, s3, 30, "t1", true),                                        // the class's own choice here
+        record(rms, call, here, s2, 30, "t1", true, "autoscheduler"),                       // never a seed
+        record(rms, cls(32768, 8192, here), here, s2, 30, "t1", true),                      // 1 octave away
+    };
+    const std::vector<const TuningRecord *> w = warm_starts(best, here, call);
+    REQUIRE(w.size() == 3);
+    CHECK(w[0] == &best[2]);
+    CHECK(w[1] == &best[4]);
+    CHECK(w[2] == &best[0]);
+    CHECK(warm_starts(best, cpu("avx2", 32), call).empty());
+}
+
 TEST_CASE("group_vectors is tried with the group's width as a constant", "[tuning]") {
     // Without fixed_inner_extent the fused channel index is not linear (0.8 GB/s against the
     // default's 6.9 on GroupNorm NHWC 2 x 64 x 64 x 320); the candidate sets both, even when a
