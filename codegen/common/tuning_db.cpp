@@ -222,19 +222,17 @@ std::vector<std::pair<ScheduleRecord, json>> kernel_schedules(const ScheduleReco
 
 std::vector<const TuningRecord *> warm_starts(const std::vector<TuningRecord> &best, const CpuFingerprint &cpu, const ShapeClass &shape) {
     const std::string here = cpu.key();
-    std::vector<std::pair<double, const TuningRecord *>> near;
+    // Sorted by distance, the class's own entry first among equals (another class's buckets can
+    // be 0 octaves away too).
+    std::vector<std::pair<std::pair<double, bool>, const TuningRecord *>> near;
     for (const TuningRecord &r : best) {
         if (r.cpu.key() != here || r.variant != "core" || r.role == "autoscheduler") continue;
-        const double d = r.shape.key() == shape.key() ? 0.0 : loose_shape_distance(shape, r.shape);
-        if (std::isfinite(d)) near.push_back({d, &r});
+        const double d = loose_shape_distance(shape, r.shape);
+        if (std::isfinite(d)) near.push_back({{d, r.shape.key() != shape.key()}, &r});
     }
-    // The class's own entry first among equals (another class can also be 0 octaves away).
-    std::stable_sort(near.begin(), near.end(), [&](const auto &a, const auto &b) {
-        if (a.first != b.first) return a.first < b.first;
-        return a.second->shape.key() == shape.key() && b.second->shape.key() != shape.key();
-    });
+    std::stable_sort(near.begin(), near.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
     std::vector<const TuningRecord *> out;
-    for (const auto &[d, r] : near) out.push_back(r);
+    for (const auto &[order, r] : near) out.push_back(r);
     return out;
 }
 

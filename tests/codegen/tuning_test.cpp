@@ -425,7 +425,7 @@ TEST_CASE("a seed from a neighbouring class comes first, wins when faster, and m
 
 TEST_CASE("a retune starts from the class's own last choice on this CPU, then its neighbours'", "[tuning]") {
     // GroupNorm NCHW's 640 MiB class on the AVX-512 EPYC: a 40 s retune found nothing better than
-    // the default in 14 candidates, and the index then forgot the 1.5x choice of the run before.
+    // the default in 14 candidates, and the index then forgot the choice of the run before (1.68x the default).
     const NormSpec rms = catalog("rms_norm");
     const KernelPlan plan = make_plan(rms, DType::F32, Variant::Core);
     const ScheduleRecord def = choose_schedule(plan, ScheduleKind::HalideCpu, Isa::Avx512);
