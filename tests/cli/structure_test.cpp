@@ -196,6 +196,20 @@ TEST_CASE("bf16 kernels for AVX512-BF16 convert natively, streaming stores stay 
     REQUIRE(plain.code == 0);
     CHECK(schedule_texts(dir / "b" / "manifest.json").at("rms_norm__bf16__avx512__core").find("bf16 conversions native)") !=
           std::string::npos);
+    // AMD's Zen 4 and later have AVX512-BF16 too: the same step, and the kernel asks the CPU for it.
+    const std::string zen4 = "x86-64-linux-avx-avx2-avx512-avx512_skylake-avx512_cannonlake-avx512_zen4-f16c-fma-sse41";
+    Result amd = normgen_cli("compile " + rms + " --dtype bf16 --target " + zen4 + " -o " + (dir / "z").string());
+    INFO(amd.out);
+    REQUIRE(amd.code == 0);
+    CHECK(schedule_texts(dir / "z" / "manifest.json").at("rms_norm__bf16__avx512__core").find("bf16 conversions native)") !=
+          std::string::npos);
+    std::string features;
+    const nlohmann::json zm = nlohmann::json::parse(std::ifstream(dir / "z" / "manifest.json"));
+    for (const auto &k : zm.at("kernels"))
+        if (k.at("function") == "rms_norm__bf16__avx512__core") features = k.at("cpu_features").dump();
+    CHECK(features.find("avx512bf16") != std::string::npos);
+    if (!disassembly(dir / "z" / "rms_norm__bf16__avx512__core.o").empty())
+        CHECK(disassembly(dir / "z" / "rms_norm__bf16__avx512__core.o").find("vcvtneps2bf16") != std::string::npos);
     Result none = tool("normgen-gen", "compile " + rms + " --dtype bf16 --variants core --target " + spr + " --out " + (dir / "c").string() +
                                           " --fragment " + (dir / "c.json").string() + " --streaming-tool " + (dir / "no-such-tool").string());
     INFO(none.out);
