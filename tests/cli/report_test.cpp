@@ -118,3 +118,24 @@ TEST_CASE("report: --no-plots writes the markdown only; --print echoes it", "[cl
     CHECK(read(dir / "report.md").find("![layer_norm]") == std::string::npos);
     fs::remove_all(dir);
 }
+
+TEST_CASE("report: the summary's DRAM-sized case is the layer's largest, not its fastest", "[cli][report]") {
+    // With a 16 MiB last-level cache both LayerNorm cases (128 and 1024 MiB) are DRAM-sized; the
+    // smaller runs at 30 GB/s, the larger at 16: the summary names the larger.
+    std::string text = read(kSmall);
+    const std::string key = "\"context\": {";
+    const size_t at = text.find(key);
+    REQUIRE(at != std::string::npos);
+    text.insert(at + key.size(), "\n    \"llc_bytes\": \"16777216\",");
+    const fs::path in = fs::temp_directory_path() / ("normgen-report-llc-" + fresh_dir().filename().string() + ".json");
+    std::ofstream(in) << text;
+    const fs::path dir = fresh_dir();
+    Result r = normgen_cli("report " + in.string() + " -o " + dir.string() + " --no-plots");
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    const std::string md = read(dir / "report.md");
+    CHECK(md.find("| layer_norm | 2 | 16.00 GB/s (llama3-70b 16384x8192) | 40% (36-44%) |") != std::string::npos);
+    CHECK(md.find("30.00 GB/s (llama3-8b 4096x4096)") == std::string::npos);
+    fs::remove(in);
+    fs::remove_all(dir);
+}
