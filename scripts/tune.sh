@@ -10,8 +10,8 @@
 # NORMGEN_TUNE_BUDGET (seconds per class, default 60). Nothing else should run meanwhile: the
 # choices are bandwidth measurements. The shipped database: 81 shape classes forward and 28
 # backward, about an hour and half an hour on 2 cores (AVX2); on an AMD EPYC with AVX-512, forward
-# f32 (66 classes at NORMGEN_TUNE_BUDGET=40, 34 minutes) and bf16 (17 classes at 60, 10 minutes, with
-# warm starts from the previous choices); on an Intel Xeon with AVX-512 and
+# f32 (66 classes at NORMGEN_TUNE_BUDGET=40, 34 minutes) and bf16 (17 classes at 60, 13-66 s each,
+# 12 minutes, with warm starts from the previous choices); on an Intel Xeon with AVX-512 and
 # 480 MiB L3, forward f32 (77 classes, budget 30, a few at 60-150) and bf16 (18 classes, budget 100, 35 minutes:
 # its DRAM-sized cases are 2 GiB); the backward f32 classes are tuned on the AMD EPYC with AVX-512 (28
 # classes at 40, 18 minutes), not on the Xeons.
