@@ -20,6 +20,13 @@ namespace normgen::hl {
 using namespace Halide;
 using nlohmann::json;
 
+namespace {
+
+// AVX512-BF16 (and VNNI): Halide's Sapphire Rapids level, and its Zen 4 level (AMD's Zen 4 and later).
+bool has_avx512_bf16(const Target &t) { return t.has_feature(Target::AVX512_SapphireRapids) || t.has_feature(Target::AVX512_Zen4); }
+
+}  // namespace
+
 std::vector<std::string> cpu_features(const Target &t) {
     std::vector<std::string> f;
     auto need = [&](Target::Feature feat, std::initializer_list<const char *> names) {
@@ -33,12 +40,9 @@ std::vector<std::string> cpu_features(const Target &t) {
     need(Target::AVX512, {"avx512f", "avx512cd"});
     need(Target::AVX512_Skylake, {"avx512bw", "avx512dq", "avx512vl"});
     need(Target::AVX512_Cannonlake, {"avx512ifma", "avx512vbmi"});
-    // Zen 4 and later and Sapphire Rapids both have AVX512-BF16 and VNNI (Halide's zen4 level adds
-    // BITALG, VBMI2 and VPOPCNTDQ as well, which its code generator may use).
-    if (t.has_feature(Target::AVX512_SapphireRapids) || t.has_feature(Target::AVX512_Zen4)) {
-        f.insert(f.end(), {"avx512bf16", "avx512vnni"});
-        if (t.has_feature(Target::AVX512_Zen4)) f.insert(f.end(), {"avx512bitalg", "avx512vbmi2", "avx512vpopcntdq"});
-    }
+    if (has_avx512_bf16(t)) f.insert(f.end(), {"avx512bf16", "avx512vnni"});
+    // Halide's zen4 level adds BITALG, VBMI2 and VPOPCNTDQ, which its code generator may use.
+    need(Target::AVX512_Zen4, {"avx512bitalg", "avx512vbmi2", "avx512vpopcntdq"});
     return f;
 }
 
@@ -54,7 +58,7 @@ CompiledObject compile_halide_kernel(const NormSpec &spec, const KernelPlan &pla
     const StreamingRequirement st = streaming_requirement(spec, plan, record);
     // A bf16 kernel for AVX512-BF16 (Sapphire Rapids, Zen 4 and later) takes the same LLVM 22 step
     // for vcvtneps2bf16 in place of Halide's emulated rounding (codegen/mlir/streaming.h).
-    const bool native_bf16 = (target.has_feature(Target::AVX512_SapphireRapids) || target.has_feature(Target::AVX512_Zen4)) &&
+    const bool native_bf16 = has_avx512_bf16(target) &&
                              std::any_of(plan.args.begin(), plan.args.end(), [](const PlanArg &a) { return a.dtype == DType::BF16; });
     if (!st.alignment && !native_bf16) {
         p.pipeline().compile_to({{OutputFileType::object, c.object}, {OutputFileType::c_header, c.header}}, p.arguments(), function, target);
