@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <set>
 
@@ -46,6 +48,62 @@ std::vector<std::string> cpu_features(const Target &t) {
     return f;
 }
 
+// Halide warns, once per loop, that bf16 arithmetic is emulated when the target's Halide features
+// lack AVX512-BF16 (its zen4 level has none), although the LLVM 22 step then converts natively
+// (a tuning run printed 40 such lines a shape class). While such a kernel's bitcode is made, that
+// warning is dropped; other warnings print as Halide prints them, and errors throw as they do.
+class NativeBf16Reporter final : public CompileTimeErrorReporter {
+public:
+    NativeBf16Reporter() { set_custom_compile_time_error_reporter(this); }
+    ~NativeBf16Reporter() override { set_custom_compile_time_error_reporter(nullptr); }
+    void warning(const char *msg) override {
+        if (!std::strstr(msg, "type operation is emulated")) std::cerr << msg << std::flush;
+    }
+    [[noreturn]] void error(const char *msg) override { throw CompileError(msg); }
+};
+
+void emit_object(Pipeline pipeline, const std::vector<Argument> &args, const KernelPlan &plan, const Target &target, const std::string &function,
+                 const std::vector<std::string> &streaming_outputs, const std::string &streaming_tool, CompiledObject &c) {
+    // A bf16 kernel for AVX512-BF16 (Sapphire Rapids, Zen 4 and later) takes the same LLVM 22 step
+    // for vcvtneps2bf16 in place of Halide's emulated rounding (codegen/mlir/streaming.h).
+    const bool native_bf16 = has_avx512_bf16(target) &&
+                             std::any_of(plan.args.begin(), plan.args.end(), [](const PlanArg &a) { return a.dtype == DType::BF16; });
+    const bool streaming = !streaming_outputs.empty();
+    if (!streaming && !native_bf16) {
+        pipeline.compile_to({{OutputFileType::object, c.object}, {OutputFileType::c_header, c.header}}, args, function, target);
+        return;
+    }
+    // Halide's bitcode, changed and compiled with LLVM 22 by normgen-mlir.
+    const std::string bitcode = c.object.substr(0, c.object.size() - 2) + ".bc";
+    {
+        std::optional<NativeBf16Reporter> quiet;
+        if (native_bf16) quiet.emplace();
+        pipeline.compile_to({{OutputFileType::bitcode, bitcode}, {OutputFileType::c_header, c.header}}, args, function, target);
+    }
+    std::string outputs;
+    for (const std::string &o : streaming_outputs) outputs += (outputs.empty() ? "" : ",") + o;
+    const std::string tool = streaming_tool.empty() ? sibling_tool("normgen-mlir") : streaming_tool;
+    std::vector<std::string> cmd{tool, "streaming", bitcode, "-o", c.object};
+    if (streaming) cmd.insert(cmd.end(), {"--buffers", outputs});
+    if (native_bf16) cmd.push_back("--native-bf16");
+    ProcessResult r = run_process(cmd);
+    std::remove(bitcode.c_str());
+    if (r.status == 127 && !streaming) {
+        // Native conversion is an optimization: a build without the MLIR backend (no LLVM 22
+        // step to run) gets Halide's own object, with the emulated conversions.
+        pipeline.compile_to({{OutputFileType::object, c.object}}, args, function, target);
+        c.text += "; bf16 conversions emulated (" + tool + " not found)";
+        return;
+    }
+    if (r.status != 0)
+        throw UserError(function + ": " + (streaming ? "streaming stores need" : "native bf16 conversion takes") +
+                        " the MLIR backend's LLVM 22 step (" + tool + " streaming), which failed" +
+                        (r.status == 127 ? " to start (configure with NORMGEN_WITH_MLIR=ON)" : "") + ":\n" + r.output);
+    std::string said = r.output;
+    while (!said.empty() && (said.back() == '\n' || said.back() == '\r')) said.pop_back();
+    c.text += streaming ? "; streaming stores to " + outputs + " (" + said + ")" : "; LLVM 22 step (" + said + ")";
+}
+
 CompiledObject compile_halide_kernel(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &record, const Target &target,
                                      const std::string &function, const std::string &out_dir, const std::string &streaming_tool) {
     namespace fs = std::filesystem;
@@ -56,39 +114,7 @@ CompiledObject compile_halide_kernel(const NormSpec &spec, const KernelPlan &pla
     c.object = prefix + ".o";
     c.header = prefix + ".h";
     const StreamingRequirement st = streaming_requirement(spec, plan, record);
-    // A bf16 kernel for AVX512-BF16 (Sapphire Rapids, Zen 4 and later) takes the same LLVM 22 step
-    // for vcvtneps2bf16 in place of Halide's emulated rounding (codegen/mlir/streaming.h).
-    const bool native_bf16 = has_avx512_bf16(target) &&
-                             std::any_of(plan.args.begin(), plan.args.end(), [](const PlanArg &a) { return a.dtype == DType::BF16; });
-    if (!st.alignment && !native_bf16) {
-        p.pipeline().compile_to({{OutputFileType::object, c.object}, {OutputFileType::c_header, c.header}}, p.arguments(), function, target);
-        return c;
-    }
-    // Halide's bitcode, changed and compiled with LLVM 22 by normgen-mlir.
-    const std::string bitcode = prefix + ".bc";
-    p.pipeline().compile_to({{OutputFileType::bitcode, bitcode}, {OutputFileType::c_header, c.header}}, p.arguments(), function, target);
-    std::string outputs;
-    for (const std::string &o : st.outputs) outputs += (outputs.empty() ? "" : ",") + o;
-    const std::string tool = streaming_tool.empty() ? sibling_tool("normgen-mlir") : streaming_tool;
-    std::vector<std::string> cmd{tool, "streaming", bitcode, "-o", c.object};
-    if (st.alignment) cmd.insert(cmd.end(), {"--buffers", outputs});
-    if (native_bf16) cmd.push_back("--native-bf16");
-    ProcessResult r = run_process(cmd);
-    std::remove(bitcode.c_str());
-    if (r.status == 127 && !st.alignment) {
-        // Native conversion is an optimization: a build without the MLIR backend (no LLVM 22
-        // step to run) gets Halide's own object, with the emulated conversions.
-        p.pipeline().compile_to({{OutputFileType::object, c.object}}, p.arguments(), function, target);
-        c.text += "; bf16 conversions emulated (" + tool + " not found)";
-        return c;
-    }
-    if (r.status != 0)
-        throw UserError(function + ": " + (st.alignment ? "streaming stores need" : "native bf16 conversion takes") +
-                        " the MLIR backend's LLVM 22 step (" + tool + " streaming), which failed" +
-                        (r.status == 127 ? " to start (configure with NORMGEN_WITH_MLIR=ON)" : "") + ":\n" + r.output);
-    std::string said = r.output;
-    while (!said.empty() && (said.back() == '\n' || said.back() == '\r')) said.pop_back();
-    c.text += st.alignment ? "; streaming stores to " + outputs + " (" + said + ")" : "; LLVM 22 step (" + said + ")";
+    emit_object(p.pipeline(), p.arguments(), plan, target, function, st.alignment ? st.outputs : std::vector<std::string>{}, streaming_tool, c);
     return c;
 }
 

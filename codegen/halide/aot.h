@@ -38,6 +38,14 @@ struct CompiledObject {
 CompiledObject compile_halide_kernel(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &record, const Halide::Target &target,
                                      const std::string &function, const std::string &out_dir, const std::string &streaming_tool);
 
+// Compiles a scheduled pipeline into c.object and c.header. A kernel with streaming stores (to
+// `streaming_outputs`) or with bf16 tensors on an AVX512-BF16 target goes through LLVM bitcode
+// and `streaming_tool streaming` (codegen/mlir/streaming.h; "" = normgen-mlir beside this
+// program); what that step did is added to c.text.
+void emit_object(Halide::Pipeline pipeline, const std::vector<Halide::Argument> &args, const KernelPlan &plan, const Halide::Target &target,
+                 const std::string &function, const std::vector<std::string> &streaming_outputs, const std::string &streaming_tool,
+                 CompiledObject &c);
+
 // Compiles every kernel of `spec` into out_dir and the archive, and returns the manifest entries
 // (one per kernel, "library" naming the archive). With a tuning database, each (storage type,
 // target, variant) also gets one kernel per distinct schedule the database chose for it on a CPU

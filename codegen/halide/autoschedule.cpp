@@ -72,8 +72,10 @@ CompiledObject compile_autoscheduled_kernel(const NormSpec &spec, const KernelPl
     const std::string prefix = (std::filesystem::path(out_dir) / function).string();
     c.object = prefix + ".o";
     c.header = prefix + ".h";
-    pipeline.compile_to({{OutputFileType::object, c.object}, {OutputFileType::c_header, c.header}}, p.arguments(), function, target);
     c.text = autoscheduler + " autoscheduler (parallelism " + std::to_string(threads) + "), estimates " + std::to_string(extents.size()) + " axes";
+    // The same bf16 conversion as normgen's own kernels (native where the target has it), so the
+    // baseline differs from them in its schedule only.
+    emit_object(pipeline, p.arguments(), plan, target, function, {}, "", c);
     return c;
 }
 
