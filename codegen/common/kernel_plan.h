@@ -134,6 +134,12 @@ struct KernelPlan {
     int find_arg(const std::string &name) const;
     // Whether reduction `n` is one of the column sums (the whole value of a column_sums output).
     bool is_column_sum(const NormSpec &spec, const Node *n) const;
+    // A root plan whose reductions all keep the outermost axis of the main output's memory order
+    // (GroupNorm NHWC: statistics per sample and group), except sums over it that are the whole
+    // value of the kernel's other outputs (a backward's d_weight, d_bias): its statistics may be
+    // computed per index of that axis inside the map's loop, those sums as per-index partials in
+    // the same loop (the halide-cpu knob sample_statistics). Not with saved statistics as outputs.
+    bool statistics_per_outer_index(const NormSpec &spec) const;
 };
 
 KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant);

@@ -58,6 +58,10 @@ const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k) {
         {"group_vectors", 0, 0, 1, true, false,
          "channels-last statistics per group (GroupNorm NHWC): vectors along all channels (g, cg) instead of masked vectors per group, "
          "the per-group values read from per-channel tables (fast with fixed_inner_extent, which the tuner sets with it)"},
+        {"sample_statistics", 0, 0, 1, true, false,
+         "root layout whose statistics all keep the outermost axis (GroupNorm NHWC's per sample and group): compute them per "
+         "index of that axis inside the map's parallel loop, so a sample's later sweeps read it from cache (the kernel is "
+         "then parallel over that axis alone; ignored for a kernel that also writes saved statistics)"},
     };
     static const std::vector<KnobSpec> mlir_cpu{
         {"sum_block", 256, 1, int64_t(1) << 20, false, false, "elements of the innermost reduced axis per block of a blocked sum"},
@@ -266,6 +270,7 @@ std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &p
         if (!space.empty() && space.back().knob == "group_vectors") space.back().with = {{"fixed_inner_extent", inner_extent}};
     }
     if (plan.layout == LayoutClass::Row) add("row_in_cache", {1, 0});
+    if (plan.statistics_per_outer_index(spec)) add("sample_statistics", {0, 1});
     add("vector_width", {vw, 2 * vw});
     if (plan.layout == LayoutClass::Row) {
         add("row_accumulators", {1, 2, 4, 8});

@@ -261,6 +261,59 @@ Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
     return Func();
 }
 
+// sample_statistics: a sum over the outermost axis (a backward's d_weight, d_bias: over n, or
+// over n, h, w) as partial sums per sample, computed in the map's parallel loop over samples
+// (compute_with), where the statistics they read and the sample's data are in cache; the sum
+// over the samples follows at the root. The partials' stage is vectorized along the innermost
+// axis of memory: a kept axis (NHWC's cg) as is, with the outermost other reduced axis (h) kept
+// too so no lane adds more than a row; a reduced one (NCHW's w) split into lanes.
+void sample_partials(ReductionFuncs &rf, const LoweredPipeline &p, Func y, const std::vector<AxisId> &order, const CpuSchedule &s) {
+    ReductionFuncs::Update &u = rf.updates[0];
+    NORMGEN_ASSERT(u.associative, "a sum over the samples is associative");
+    Func f = u.func;
+    const int nr = u.rdom.dimensions();
+    const AxisId inner = order.back();
+    auto rv = [&](int k) { return RVar(u.rdom[k].name()); };
+    // (the sample Var is the map's own: compute_with fuses loops of the same name)
+    Var sample = p.vars[order[0]], lane("lane"), blk("row_block");
+    RVar wo("lane_o"), wi("lane_i");
+    std::vector<std::pair<RVar, Var>> keep{{rv(nr - 1), sample}};
+    const bool split = nr >= 2 && u.rdom_axes[0] == inner;
+    const bool block = !split && nr >= 3;
+    if (split) {
+        f.update().split(rv(0), wo, wi, s.vector_width, TailStrategy::GuardWithIf);
+        keep.push_back({wi, lane});
+    } else if (block) {
+        keep.push_back({rv(nr - 2), blk});
+    }
+    Func part = f.update().rfactor(keep);
+    for (Func g : funcs_of(rf)) g.compute_root();
+    part.compute_root();
+    // Its loops in memory order, innermost first, the sample outermost.
+    std::vector<VarOrRVar> ord;
+    if (split) ord.push_back(lane);
+    for (size_t i = order.size(); i-- > 1;) {
+        const AxisId a = order[i];
+        for (const Var &v : part.args())
+            if (v.name() == p.vars[a].name()) ord.push_back(v);
+        for (int k = 0; k + 1 < nr; ++k) {
+            if (u.rdom_axes[(size_t)k] != a) continue;
+            if (split && k == 0) ord.push_back(wo);
+            else if (block && k == nr - 2) ord.push_back(blk);
+            else ord.push_back(rv(k));
+        }
+    }
+    ord.push_back(sample);
+    part.update().reorder(ord).parallel(sample);
+    if (ord[0].is_rvar) {
+        // (its innermost loop is a reduced axis of another kind: left scalar)
+    } else {
+        part.update().vectorize(ord[0].var, s.vector_width, TailStrategy::GuardWithIf);
+        part.vectorize(ord[0].var, s.vector_width, TailStrategy::GuardWithIf);
+    }
+    part.update().compute_with(y, sample);
+}
+
 }  // namespace
 
 CpuSchedule CpuSchedule::from(const ScheduleRecord &r) {
@@ -279,6 +332,7 @@ CpuSchedule CpuSchedule::from(const ScheduleRecord &r) {
     s.row_in_cache = r.flag("row_in_cache");
     s.column_block_elements = (int)r.get("column_block_elements");
     s.fuse_inner_pair = r.flag("fuse_inner_pair");
+    s.sample_statistics = r.flag("sample_statistics");
     return s;
 }
 
@@ -325,6 +379,7 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
     auto is_column = [&](const ReductionFuncs &rf) { return plan.is_column_sum(spec, rf.node); };
     const bool columns = row && !plan.column_sums.empty();
 
+    bool per_sample = false;  // root schedule with statistics per index of the outermost axis
     if (p.reductions.empty() || row) {
         // Rows = the axes outside the reduced block (all but the innermost for a pure map).
         size_t nrow = p.reductions.empty() ? order.size() - (fuse_pair ? 2 : 1) : first_reduced;
@@ -482,9 +537,20 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
         if (columns) desc << "; sums over " << spec.axes[order[0]].name << " as partials per block of rows (>= " << s.column_block_elements
                           << " elements) in the same block loop, then a final reduce";
     } else {
-        // Root schedule: statistics first, parallel over their outermost independent axis.
+        // Root schedule: statistics first, parallel over their outermost independent axis; or,
+        // with sample_statistics, per index of the map's outermost (parallel) axis, inside its loop.
+        Var outer = p.vars[order[0]];
+        per_sample = s.sample_statistics && plan.statistics_per_outer_index(spec);
         for (ReductionFuncs &rf : p.reductions) {
+            if (per_sample && rf.updates.size() == 1 && !rf.updates[0].rdom_axes.empty() && rf.updates[0].rdom_axes.back() == order[0]) {
+                sample_partials(rf, p, y, order, s);
+                continue;
+            }
             for (Func f : funcs_of(rf)) {
+                if (per_sample) {
+                    f.compute_at(y, outer);
+                    continue;
+                }
                 f.compute_root();
                 // Parallel over the outermost pure axis; a Welford lane Func's first dimension is
                 // its lane (vectorized), so it needs a data axis beyond it. (Without this, BatchNorm
@@ -503,19 +569,30 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
                                  next_outer, order);
             }
         }
-        Var outer = p.vars[order[0]];
         y.parallel(outer).vectorize(map_inner(y), vw, TailStrategy::GuardWithIf);
         if (fuse_pair) y.specialize(p.extent[inner] > 0);
         for (Func f : same_shape) {
             f.parallel(outer).vectorize(vi, vw, TailStrategy::GuardWithIf);
             f.compute_with(y, outer);
         }
-        desc << "root schedule: statistics first (parallel over their outer axis), then the map parallel over "
-             << spec.axes[order[0]].name << ", vectorize " << spec.axes[inner].name << " x" << vw;
+        if (per_sample)
+            desc << "root schedule: per " << spec.axes[order[0]].name << " (parallel), its statistics, then its map; vectorize "
+                 << spec.axes[inner].name << " x" << vw;
+        else
+            desc << "root schedule: statistics first (parallel over their outer axis), then the map parallel over "
+                 << spec.axes[order[0]].name << ", vectorize " << spec.axes[inner].name << " x" << vw;
+        // The per-channel tables of per-group values (lower.h; group_vectors) read the statistics:
+        // with them, per sample.
+        if (per_sample)
+            for (Func t : p.tables) t.compute_at(y, outer);
     }
     // The per-channel tables of per-group values (lower.h; group_vectors): small (one value per
-    // channel and sample), computed once at the root, read as dense vectors by the fused loops.
-    for (Func t : p.tables) t.compute_root().vectorize(t.args()[0], vw, TailStrategy::GuardWithIf);
+    // channel and sample), computed once (at the root, or per sample with the statistics), read
+    // as dense vectors by the fused loops.
+    for (Func t : p.tables) {
+        if (!per_sample) t.compute_root();
+        t.vectorize(t.args()[0], vw, TailStrategy::GuardWithIf);
+    }
     if (!p.tables.empty()) desc << "; per-group values read from per-channel tables";
     // Small outputs (saved statistics, running statistics): computed on their own.
     for (size_t i = 0; i < p.outputs.size(); ++i) {

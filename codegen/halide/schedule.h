@@ -10,7 +10,10 @@
 //     from cache. (row_in_cache = false forces the root schedule.)
 //   - root layout: some reduction strides across the outer loop (BatchNorm over (n, h, w) on NCHW,
 //     GroupNorm over (h, w, cg) on NHWC), or a small output needs the statistics too. Statistics are
-//     computed first, in parallel over their own independent axes; then the map.
+//     computed first, in parallel over their own independent axes; then the map. With
+//     sample_statistics, when no reduction spans the outermost axis (GroupNorm NHWC's statistics
+//     per sample and group), they are computed per sample inside the map's parallel loop instead:
+//     the sample's slab is read from DRAM once, its later sweeps hit the cache.
 //   - map layout (DyT, BatchNorm eval): parallel over the outer axis, vectorized along the inner one
 //     (the two innermost fused when the plan allows it and fuse_inner_pair is on).
 // Reductions along the contiguous axis are split by vector_width, blocked by sum_block vectors and
@@ -52,6 +55,7 @@ struct CpuSchedule {
     bool multi_axis_accumulators = false;  // row_accumulators also for a row's reductions over several axes
     bool group_vectors = false;     // channels-last per-group statistics and map vectorized across groups
     bool streaming_stores = false;  // (the lowering declares the outputs aligned; the map then keeps its rows apart)
+    bool sample_statistics = false; // root layout: statistics per index of the outermost axis, inside the map's loop
     static CpuSchedule from(const ScheduleRecord &r);
 };
 

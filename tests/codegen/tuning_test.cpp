@@ -292,6 +292,11 @@ TEST_CASE("the schedule space follows the plan", "[tuning]") {
     CHECK(has(knobs("group_norm_nhwc", 10), "group_vectors"));
     CHECK(has(knobs("group_norm_nhwc", 10), "fixed_inner_extent"));
     CHECK_FALSE(has(knobs("group_norm_nhwc", 4096), "group_vectors"));  // no constant width: every load a gather
+    // Statistics per sample: a root plan whose statistics keep n (GroupNorm NHWC), not one whose
+    // statistics span n (BatchNorm training) nor a row plan (GroupNorm NCHW).
+    CHECK(has(knobs("group_norm_nhwc", 10), "sample_statistics"));
+    CHECK_FALSE(has(knobs("batch_norm_train", 7), "sample_statistics"));
+    CHECK_FALSE(has(knobs("group_norm_nchw", 64), "sample_statistics"));
     const NormSpec ln = catalog("layer_norm");
     const KernelPlan p = make_plan(ln, DType::F32, Variant::Core);
     const auto mlir = schedule_space(ln, p, choose_schedule(p, ScheduleKind::MlirCpu, Isa::Avx2), 4096);

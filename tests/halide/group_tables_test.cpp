@@ -54,3 +54,39 @@ TEST_CASE("group_vectors reads per-group values from per-channel tables: the def
     INFO(mismatch_text(c));
     CHECK(c.pass);
 }
+
+// sample_statistics: the same statistics, computed per sample inside the map's parallel loop
+// instead of all samples first. The same operations in the same order, so the outputs are the
+// default's exactly; with one sample and with odd sizes; alone and with group_vectors.
+TEST_CASE("sample_statistics computes each sample's statistics inside its map: the default's outputs exactly", "[halide][schedule]") {
+    const NormSpec gn = catalog("group_norm_nhwc");
+    const Halide::Target host = hl::parse_target("host");
+    const hl::JitKernel def(gn, DType::F32, host, Variant::Core);
+    CHECK(def.schedule_text().find("statistics first") != std::string::npos);
+    for (const std::string knobs : {"sample_statistics=1", "sample_statistics=1,group_vectors=1"}) {
+        const hl::JitKernel per(gn, DType::F32, host, Variant::Core, knobs);
+        INFO(knobs << ": " << per.schedule_text());
+        CHECK(per.schedule_text().find("per n (parallel), its statistics, then its map") != std::string::npos);
+        for (int64_t n : {1, 3}) {
+            const AxisExtents ext = choose_extents(gn, {{"n", n}, {"h", 3}, {"w", 5}, {"cg", 7}}, 1);
+            RandomInputOptions opts;
+            opts.offset = 1e4;
+            opts.seed = 20261204 + (uint64_t)n;
+            TensorMap in = random_inputs(gn, ext, opts);
+            for (auto &[name, t] : in)
+                for (double &v : t.data) v = (double)(float)v;
+            const TensorMap a = def.run(in), b = per.run(in);
+            const HostTensor &ya = a.at("y"), &yb = b.at("y");
+            REQUIRE(yb.numel() == n * 3 * 5 * 32 * 7);
+            int64_t far = 0, nan = 0;
+            for (int64_t i = 0; i < ya.numel(); ++i) {
+                const double x = ya.data[(size_t)i], z = yb.data[(size_t)i];
+                // group_vectors reads the tables (a few ulps, above); alone it is the same code.
+                far += !(std::abs(x - z) <= (knobs.find("group") != std::string::npos ? 4 * 0x1p-23 * std::max(1.0, std::abs(x)) : 0.0));
+                nan += std::isnan(z);
+            }
+            CHECK(nan == 0);
+            CHECK(far == 0);
+        }
+    }
+}
