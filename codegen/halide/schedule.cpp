@@ -305,9 +305,7 @@ void sample_partials(ReductionFuncs &rf, const LoweredPipeline &p, Func y, const
     }
     ord.push_back(sample);
     part.update().reorder(ord).parallel(sample);
-    if (ord[0].is_rvar) {
-        // (its innermost loop is a reduced axis of another kind: left scalar)
-    } else {
+    if (!ord[0].is_rvar) {  // (an innermost reduced axis not split into lanes stays scalar)
         part.update().vectorize(ord[0].var, s.vector_width, TailStrategy::GuardWithIf);
         part.vectorize(ord[0].var, s.vector_width, TailStrategy::GuardWithIf);
     }

@@ -7,6 +7,7 @@
 // reference on data far from zero.
 #include "codegen/halide/jit.h"
 #include "dsl/checker.h"
+#include "dsl/grad.h"
 #include "runtime/random_inputs.h"
 #include "runtime/reference/interpreter.h"
 #include "runtime/verify.h"
@@ -89,4 +90,21 @@ TEST_CASE("sample_statistics computes each sample's statistics inside its map: t
             CHECK(far == 0);
         }
     }
+}
+
+// ... and on the backward (d_weight, d_bias summed over the samples as per-sample partials in the
+// map's loop), where it applies; a plan it does not fit (BatchNorm training's statistics span n)
+// keeps the root schedule. (Their outputs are checked by `verify ... --grad --schedule
+// sample_statistics=1`, tests/halide/CMakeLists.txt.)
+TEST_CASE("sample_statistics on the backward: per-sample partials where the plan allows them", "[halide][schedule]") {
+    const Halide::Target host = hl::parse_target("host");
+    for (const char *layer : {"group_norm_nhwc", "group_norm_nchw"}) {
+        const NormSpec grad = differentiate(catalog(layer)).spec;
+        const hl::JitKernel k(grad, DType::F32, host, Variant::Core, "sample_statistics=1");
+        INFO(layer << ": " << k.schedule_text());
+        CHECK(k.schedule_text().find("per n (parallel), its statistics, then its map") != std::string::npos);
+    }
+    const NormSpec bn = differentiate(catalog("batch_norm_train")).spec;
+    const hl::JitKernel k(bn, DType::F32, host, Variant::Core, "sample_statistics=1");
+    CHECK(k.schedule_text().find("statistics first") != std::string::npos);
 }
