@@ -98,26 +98,6 @@ std::vector<const PlanArg *> KernelPlan::outputs() const {
 
 bool KernelPlan::is_column_sum(const NormSpec &spec, const Node *n) const { return is_value_of(spec, column_sums, n); }
 
-bool KernelPlan::statistics_per_outer_index(const NormSpec &spec) const {
-    if (layout != LayoutClass::Root || main_order.empty() || stages.empty()) return false;
-    std::vector<const Node *> over_outer;  // the sums over the outermost axis
-    for (const PlanStage &st : stages)
-        for (const NodePtr &r : st.reductions)
-            if (std::count(r->over.begin(), r->over.end(), main_order[0])) {
-                if (r->reduce != ReduceOp::Sum) return false;
-                over_outer.push_back(r.get());
-            }
-    std::vector<const Node *> whole;  // the other outputs' values
-    for (const PlanArg *a : outputs())
-        if (a->output != main_output) whole.push_back(spec.values[spec.outputs[a->output].value].expr.get());
-    auto count = [](const std::vector<const Node *> &v, const Node *n) { return std::count(v.begin(), v.end(), n); };
-    for (const Node *n : over_outer)
-        if (!count(whole, n)) return false;
-    for (const Node *n : whole)
-        if (!count(over_outer, n)) return false;
-    return true;
-}
-
 int KernelPlan::find_arg(const std::string &name) const {
     for (size_t i = 0; i < args.size(); ++i)
         if (args[i].name == name) return (int)i;
@@ -296,6 +276,21 @@ bool cuda_rows_form(const NormSpec &spec, KernelPlan &p, const std::vector<NodeP
 }
 
 }  // namespace
+
+bool KernelPlan::statistics_per_outer_index(const NormSpec &spec) const {
+    if (layout != LayoutClass::Root || main_order.empty() || stages.empty()) return false;
+    std::vector<int> others;  // the kernel's outputs besides the main one
+    for (const PlanArg *a : outputs())
+        if (a->output != main_output) others.push_back(a->output);
+    size_t over_outer = 0;  // sums over the outermost axis, each the whole value of one of them
+    for (const PlanStage &st : stages)
+        for (const NodePtr &r : st.reductions)
+            if (contains(r->over, main_order[0])) {
+                if (r->reduce != ReduceOp::Sum || !is_value_of(spec, others, r.get())) return false;
+                ++over_outer;
+            }
+    return over_outer == others.size();  // and no other output (saved statistics)
+}
 
 KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant) {
     KernelPlan p;

@@ -60,8 +60,9 @@ const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k) {
          "the per-group values read from per-channel tables (fast with fixed_inner_extent, which the tuner sets with it)"},
         {"sample_statistics", 0, 0, 1, true, false,
          "root layout whose statistics all keep the outermost axis (GroupNorm NHWC's per sample and group): compute them per "
-         "index of that axis inside the map's parallel loop, so a sample's later sweeps read it from cache (the kernel is "
-         "then parallel over that axis alone; ignored for a kernel that also writes saved statistics)"},
+         "index of that axis inside the map's parallel loop, so a sample's later sweeps read it from cache, and a backward's "
+         "sums over that axis (d_weight, d_bias) as per-sample partials there (the kernel is then parallel over that axis "
+         "alone; ignored for a kernel that also writes saved statistics)"},
     };
     static const std::vector<KnobSpec> mlir_cpu{
         {"sum_block", 256, 1, int64_t(1) << 20, false, false, "elements of the innermost reduced axis per block of a blocked sum"},

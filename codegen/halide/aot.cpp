@@ -74,7 +74,7 @@ void emit_object(Pipeline pipeline, const std::vector<Argument> &args, const Ker
         return;
     }
     // Halide's bitcode, changed and compiled with LLVM 22 by normgen-mlir.
-    const std::string bitcode = c.object.substr(0, c.object.size() - 2) + ".bc";
+    const std::string bitcode = std::filesystem::path(c.object).replace_extension(".bc").string();
     {
         std::optional<NativeBf16Reporter> quiet;
         if (native_bf16) quiet.emplace();

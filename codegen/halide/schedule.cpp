@@ -269,7 +269,8 @@ Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
 // too so no lane adds more than a row; a reduced one (NCHW's w) split into lanes.
 void sample_partials(ReductionFuncs &rf, const LoweredPipeline &p, Func y, const std::vector<AxisId> &order, const CpuSchedule &s) {
     ReductionFuncs::Update &u = rf.updates[0];
-    NORMGEN_ASSERT(u.associative, "a sum over the samples is associative");
+    NORMGEN_ASSERT(rf.updates.size() == 1 && u.associative && u.rdom_axes.back() == order[0],
+                   "a sum over the samples is one associative update whose outermost reduced axis is the samples'");
     Func f = u.func;
     const int nr = u.rdom.dimensions();
     const AxisId inner = order.back();
@@ -540,7 +541,8 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
         Var outer = p.vars[order[0]];
         per_sample = s.sample_statistics && plan.statistics_per_outer_index(spec);
         for (ReductionFuncs &rf : p.reductions) {
-            if (per_sample && rf.updates.size() == 1 && !rf.updates[0].rdom_axes.empty() && rf.updates[0].rdom_axes.back() == order[0]) {
+            // (statistics_per_outer_index: a sum over the outermost axis is an output's whole value)
+            if (per_sample && !rf.updates.empty() && std::count(rf.updates[0].rdom_axes.begin(), rf.updates[0].rdom_axes.end(), order[0])) {
                 sample_partials(rf, p, y, order, s);
                 continue;
             }
@@ -579,16 +581,13 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
         else
             desc << "root schedule: statistics first (parallel over their outer axis), then the map parallel over "
                  << spec.axes[order[0]].name << ", vectorize " << spec.axes[inner].name << " x" << vw;
-        // The per-channel tables of per-group values (lower.h; group_vectors) read the statistics:
-        // with them, per sample.
-        if (per_sample)
-            for (Func t : p.tables) t.compute_at(y, outer);
     }
     // The per-channel tables of per-group values (lower.h; group_vectors): small (one value per
-    // channel and sample), computed once (at the root, or per sample with the statistics), read
-    // as dense vectors by the fused loops.
+    // channel and sample), computed once (at the root, or per sample with the statistics they
+    // read), read as dense vectors by the fused loops.
     for (Func t : p.tables) {
-        if (!per_sample) t.compute_root();
+        if (per_sample) t.compute_at(y, p.vars[order[0]]);
+        else t.compute_root();
         t.vectorize(t.args()[0], vw, TailStrategy::GuardWithIf);
     }
     if (!p.tables.empty()) desc << "; per-group values read from per-channel tables";

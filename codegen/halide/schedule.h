@@ -11,9 +11,10 @@
 //   - root layout: some reduction strides across the outer loop (BatchNorm over (n, h, w) on NCHW,
 //     GroupNorm over (h, w, cg) on NHWC), or a small output needs the statistics too. Statistics are
 //     computed first, in parallel over their own independent axes; then the map. With
-//     sample_statistics, when no reduction spans the outermost axis (GroupNorm NHWC's statistics
-//     per sample and group), they are computed per sample inside the map's parallel loop instead:
-//     the sample's slab is read from DRAM once, its later sweeps hit the cache.
+//     sample_statistics, when the statistics all keep the outermost axis (GroupNorm NHWC's, per
+//     sample and group), they are computed per sample inside the map's parallel loop instead: the
+//     sample's slab is read from DRAM once, its later sweeps hit the cache; a backward's sums over
+//     that axis (d_weight, d_bias) become per-sample partials in the same loop.
 //   - map layout (DyT, BatchNorm eval): parallel over the outer axis, vectorized along the inner one
 //     (the two innermost fused when the plan allows it and fuse_inner_pair is on).
 // Reductions along the contiguous axis are split by vector_width, blocked by sum_block vectors and
