@@ -10,7 +10,9 @@ once, y written once, plus parameters; forward + backward: that plus d_y read an
 the binding's cost: the operator's time against run_kernel's alone on the same tensors (the C++
 API; `_kernel_seconds_<library>`), including one-token rows. Medians of torch.utils.benchmark
 (blocked_autorange); threads = 2 unless --threads. Every normgen result is checked against PyTorch
-before it is timed. The CPU is named in the output.
+before it is timed. Then strided inputs: a head sliced out of a fused QKV projection (passed to the
+MLIR kernel with its strides) and a transposed input (copied to a contiguous temporary first), each
+against the same call on a contiguous tensor. The CPU is named in the output.
 """
 
 import argparse
@@ -94,6 +96,43 @@ def setup(layer, shape, lib):
     return x, ours, theirs, tensors, mod, ref
 
 
+def strided_cases(quick, min_time):
+    """Strided inputs (python/normgen_torch_ops.cpp): a slice with a contiguous innermost axis goes
+    to the MLIR kernel with its strides; a transpose is copied into a contiguous temporary first.
+    The same call on the strided view and on a contiguous tensor of the same values (the tuned
+    kernel), beside PyTorch on the strided view; GB/s of the floor traffic (x read, y written).
+    -> rows"""
+    b, t, heads, dh = (1, 512, 32, 128) if quick else (4, 2048, 32, 128)
+    rows, d = (2048, 1024) if quick else (8192, 4096)
+    g = torch.Generator().manual_seed(1)
+    qkv = torch.randn(b, t, 3 * heads * dh, generator=g) + 3
+    q = qkv.view(b, t, 3, heads, dh)[:, :, 0]
+    w = torch.rand(dh, generator=g) + 0.5
+    xt = torch.randn(d, rows, generator=g) + 3
+    lw, lb = torch.rand(d, generator=g) + 0.5, torch.randn(d, generator=g)
+    cases = [
+        ("qk_norm: q sliced from a fused QKV [%d, %d, %d]" % (b, t, 3 * heads * dh), q,
+         lambda x: torch.ops.normgen.qk_norm(x, w)[0], lambda x: rms_eager(x, w)),
+        ("layer_norm: a transposed [%d, %d]" % (rows, d), xt.t(),
+         lambda x: torch.ops.normgen.layer_norm(x, lw, lb)[0], lambda x: F.layer_norm(x, (d,), lw, lb, 1e-5)),
+    ]
+    print()
+    print("Strided inputs (a slice: the MLIR kernel with its strides; a transpose: copied to a contiguous temporary):")
+    print("| case | strided GB/s | contiguous GB/s | strided / contiguous time | torch on the strided view GB/s |")
+    print("|---|---:|---:|---:|---:|")
+    out = []
+    for name, x, ours, theirs in cases:
+        dense = x.contiguous()
+        torch.testing.assert_close(ours(x), theirs(x), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(ours(x), ours(dense), rtol=1e-5, atol=1e-5)
+        floor = 2 * x.numel() * x.element_size()
+        ts, tc, tt = (median_seconds(f, min_time) for f in (lambda: ours(x), lambda: ours(dense), lambda: theirs(x)))
+        row = dict(case=name, strided_gbps=floor / ts / 1e9, contiguous_gbps=floor / tc / 1e9, torch_strided_gbps=floor / tt / 1e9)
+        out.append(row)
+        print(f"| {name} | {row['strided_gbps']:.2f} | {row['contiguous_gbps']:.2f} | {ts / tc:.2f}x | {row['torch_strided_gbps']:.2f} |", flush=True)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", default=os.environ.get("NORMGEN_TORCH_OPS", "build/python"), help="the operator library (folder or .so)")
@@ -148,9 +187,10 @@ def main():
         print(f"| {name} | {row['fwd_normgen_gbps']:.2f} | {row['fwd_torch_gbps']:.2f} | {t_theirs / t_ours:.2f}x "
               f"| {row['fb_normgen_gbps']:.2f} | {row['fb_torch_gbps']:.2f} | {t_fb_theirs / t_fb_ours:.2f}x "
               f"| {t_ours * 1e6:.1f} | {t_kernel * 1e6:.1f} | {(t_ours - t_kernel) * 1e6:.1f} |", flush=True)
+    strided = strided_cases(a.quick, min_time)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(dict(cpu=cpu_name(), threads=a.threads, torch=torch.__version__, results=results), f, indent=1)
+            json.dump(dict(cpu=cpu_name(), threads=a.threads, torch=torch.__version__, results=results, strided=strided), f, indent=1)
     return 0
 
 

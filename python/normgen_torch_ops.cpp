@@ -13,10 +13,22 @@
 // returning its outputs (d_<name>). The kernel is the registry's for the first input's dtype
 // (float32, bfloat16, float16) on this CPU.
 //
+// Strided tensors: any input or parameter may have any strides (a head sliced out of a fused QKV
+// projection, a transpose, a parameter broadcast by expand()); the result is that of its contiguous
+// copy. When every non-contiguous argument has a contiguous innermost axis (stride 1: a slice of
+// heads or rows), the call goes to the layer's MLIR kernel, whose strided memrefs take the strides
+// as they are (runtime/run.h), not to the tuned Halide kernel, whose buffers are declared dense (so
+// that fused neighbouring axes are one contiguous range). Otherwise (a transpose, a broadcast
+// innermost axis, no MLIR kernel) a non-contiguous argument is copied into a contiguous temporary
+// before the call (Tensor::contiguous(): one extra read and write of that tensor). An input an
+// output updates in place (BatchNorm's running statistics) is copied when strided, and its new
+// values copied back after the call. bench/torch_ops_bench.py measures both routes. Outputs are
+// fresh contiguous tensors, as PyTorch's norm operators return them.
+//
 // Errors, before anything is written: a tensor of another dtype than the kernel's (TypeError), on
-// another device than the CPU or not contiguous (RuntimeError), of the wrong shape (RuntimeError,
-// from the registry's checks, naming the tensor and the expected shape); a const given another
-// value than the kernel was compiled with (ValueError: the constants are part of the kernel).
+// another device than the CPU (RuntimeError), of the wrong shape (RuntimeError, from the registry's
+// checks, naming the tensor and the expected shape); a const given another value than the kernel
+// was compiled with (ValueError: the constants are part of the kernel).
 #include "runtime/aten_dtype.h"
 #include "runtime/kernel_table.h"
 #include "runtime/registry.h"
@@ -31,6 +43,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -106,11 +119,15 @@ DType dtype_of(const at::Tensor &t, const std::string &what) {
     return DType::F32;
 }
 
-// A checked call, ready to run: the kernel, the views of every argument, the new outputs.
+// A checked call, ready to run: the kernel, the views of every argument, the new outputs, the
+// contiguous copies of strided arguments (alive until the call is done) and, per input an output
+// updates in place whose copy the kernel writes, the caller's tensor to copy the new values into.
 struct Call {
     const Registry::Kernel *k = nullptr;
     std::map<std::string, normgen::TensorView> views;
     std::vector<at::Tensor> result;
+    std::vector<at::Tensor> copies;
+    std::vector<std::pair<at::Tensor, at::Tensor>> write_back;  // (caller's tensor, the copy written)
 };
 
 // `args`: the schema's arguments (tensors, consts, saved).
@@ -151,22 +168,53 @@ Call prepare(const Op &o, const std::vector<c10::IValue> &args) {
                           " (a const is part of the declaration: declare a variant with the value you want)");
     }
 
-    std::map<std::string, std::vector<int64_t>> shapes;
-    std::map<std::string, normgen::TensorView> views;
+    // Strided arguments whose innermost axis is contiguous go to the MLIR kernel as they are (its
+    // memrefs are strided); any other non-contiguous argument is copied.
+    auto updated = [&](const std::string &name) {
+        for (const normgen::OutputInfo &out : spec.outputs)
+            if (out.updates == name) return true;
+        return false;
+    };
+    bool strided = false, passable = true;
     for (size_t i = 0; i < spec.tensors.size(); ++i) {
         const at::Tensor &t = tensors[i];
+        if (t.is_contiguous() || updated(spec.tensors[i].name)) continue;
+        strided = true;
+        passable = passable && t.dim() > 0 && (t.stride(-1) == 1 || t.size(-1) == 1);
+        for (int64_t s : t.strides()) passable = passable && s >= 0 && s <= INT32_MAX;
+    }
+    const Registry::Kernel *strided_kernel = nullptr;
+    if (strided && passable)
+        strided_kernel = o.backward ? registry().select_grad(o.layer, dtype, std::nullopt, normgen::Backend::Mlir)
+                                    : registry().select(o.layer, dtype, saved, std::nullopt, normgen::Backend::Mlir);
+    if (strided_kernel) k = strided_kernel;
+
+    std::map<std::string, std::vector<int64_t>> shapes;
+    std::map<std::string, normgen::TensorView> views;
+    std::vector<at::Tensor> copies;
+    std::vector<std::pair<at::Tensor, at::Tensor>> write_back;
+    for (size_t i = 0; i < spec.tensors.size(); ++i) {
         const std::string &tn = spec.tensors[i].name;
         const normgen::KernelArg *a = nullptr;
         for (const normgen::KernelArg &ka : k->args)
             if (ka.name == tn) a = &ka;
         TORCH_CHECK(a, who, ": the kernel has no argument '", tn, "'");
-        TORCH_CHECK(t.device().is_cpu(), who, ": tensor '", tn, "' is on ", t.device(), "; the kernels run on the CPU");
-        TORCH_CHECK_TYPE(t.scalar_type() == normgen::aten_type(a->dtype), who, ": tensor '", tn, "' has dtype ", t.scalar_type(), ", expected ",
-                         normgen::aten_type(a->dtype), " (the ", normgen::dtype_name(dtype), " kernel)");
-        TORCH_CHECK(t.is_contiguous(), who, ": tensor '", tn, "' is not contiguous (shape ", t.sizes(), ", strides ", t.strides(),
-                    "); call .contiguous() first");
+        TORCH_CHECK(tensors[i].device().is_cpu(), who, ": tensor '", tn, "' is on ", tensors[i].device(), "; the kernels run on the CPU");
+        TORCH_CHECK_TYPE(tensors[i].scalar_type() == normgen::aten_type(a->dtype), who, ": tensor '", tn, "' has dtype ", tensors[i].scalar_type(),
+                         ", expected ", normgen::aten_type(a->dtype), " (the ", normgen::dtype_name(dtype), " kernel)");
+        std::vector<int64_t> strides;
+        if (!tensors[i].is_contiguous() && strided_kernel && !updated(tn)) {
+            strides = tensors[i].strides().vec();
+        } else if (!tensors[i].is_contiguous()) {
+            // A contiguous copy (an updated input's new values are copied back after the call).
+            at::Tensor dense = tensors[i].contiguous();
+            if (updated(tn)) write_back.emplace_back(tensors[i], dense);
+            copies.push_back(dense);
+            tensors[i] = dense;
+        }
+        const at::Tensor &t = tensors[i];
         shapes[tn] = t.sizes().vec();
-        views[tn] = normgen::TensorView{t.data_ptr(), a->dtype, t.sizes().vec(), {}};
+        views[tn] = normgen::TensorView{t.data_ptr(), a->dtype, t.sizes().vec(), strides};
     }
     normgen::AxisExtents ext;
     try {
@@ -201,7 +249,7 @@ Call prepare(const Op &o, const std::vector<c10::IValue> &args) {
             for (const Registry::Kernel *x : registry().kernels())
                 if (x->layer == layer && !x->tuned.empty()) o.tuned = 1;
         }
-        if (o.tuned) {
+        if (o.tuned && !strided_kernel) {
             std::vector<std::vector<int64_t>> in_shapes;
             for (const at::Tensor &t : tensors) in_shapes.push_back(t.sizes().vec());
             auto key = std::make_tuple(dtype, saved, in_shapes);
@@ -219,7 +267,8 @@ Call prepare(const Op &o, const std::vector<c10::IValue> &args) {
             if (chosen && (!o.backward || chosen->grad_of == o.layer)) k = chosen;
         }
     }
-    return Call{k, std::move(views), std::move(result)};  // run_kernel checks the call before it writes
+    // run_kernel checks the call before it writes
+    return Call{k, std::move(views), std::move(result), std::move(copies), std::move(write_back)};
 }
 
 void run(const Op &o, const Call &c) {
@@ -228,6 +277,7 @@ void run(const Op &o, const Call &c) {
     } catch (const std::exception &e) {
         TORCH_CHECK(false, "normgen::", o.op, ": ", e.what());
     }
+    for (const auto &[caller, written] : c.write_back) caller.copy_(written);
 }
 
 void run_op(const c10::OperatorHandle &handle, torch::jit::Stack *stack) {

@@ -156,10 +156,12 @@ int mlir_argv(const MlirKernelInfo &info, void **args, ParFor par_for) {
     job.info = &info;
     for (int a = 0; a < info.nargs; ++a) {
         const halide_buffer_t *b = static_cast<const halide_buffer_t *>(args[a]);
-        // halide_buffer_t dims are innermost first; the memref's outermost first.
+        // halide_buffer_t dims are innermost first; the memref's outermost first. The strides are
+        // the buffer's (dense, or an input's strides as run_kernel passes them).
         int64_t sizes[kMaxRank];
         for (int k = 0; k < b->dimensions && k < kMaxRank; ++k) sizes[b->dimensions - 1 - k] = b->dim[k].extent;
         describe(job.base[a], b->host, sizes, b->dimensions, (b->type.bits + 7) / 8);
+        for (int k = 0; k < b->dimensions && k < kMaxRank; ++k) job.base[a].stride(b->dimensions - 1 - k) = b->dim[k].stride;
     }
     return run_job(job, par_for);
 }

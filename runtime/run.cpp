@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <set>
 #include <stdexcept>
@@ -53,13 +54,50 @@ std::vector<int64_t> dense_strides(const std::vector<int64_t> &shape) {
     return s;
 }
 
+// Whether `v` is laid out contiguous row-major (no strides given, or the dense ones; a stride along
+// an axis of extent 1 does not matter).
+bool is_dense(const TensorView &v) {
+    if (v.strides.empty()) return true;
+    if (v.strides.size() != v.shape.size()) return false;
+    std::vector<int64_t> dense = dense_strides(v.shape);
+    for (size_t i = 0; i < dense.size(); ++i)
+        if (v.shape[i] != 1 && v.strides[i] != dense[i]) return false;
+    return true;
+}
+
 // One argument of the call as it will be passed: the caller's view, or scratch for an optional
-// output of a full kernel that the caller did not ask for.
+// output of a full kernel that the caller did not ask for. `strides`: per buffer dimension
+// (innermost first, atomic axes), when the caller's view is strided and the kernel takes it.
 struct Slot {
     const KernelArg *arg = nullptr;
     const TensorView *view = nullptr;
     void *data = nullptr;
+    std::vector<int64_t> strides;
 };
+
+// The strides of a strided view along the kernel argument's buffer dimensions (innermost first,
+// atomic axes): a split axis c = (g, cg) of stride s has cg at s and g at s * extent(cg).
+std::vector<int64_t> buffer_strides(const NormSpec &spec, const KernelArg &a, const TensorView &v, const AxisExtents &ext) {
+    std::vector<AxisId> dims;
+    if (const TensorInfo *t = spec.find_tensor(a.name)) dims = t->dims;
+    else dims = spec.find_output(a.name)->dims;
+    std::map<AxisId, int64_t> by_atom;
+    for (size_t i = 0; i < dims.size(); ++i) {
+        const Axis &ax = spec.axes[dims[i]];
+        int64_t s = v.strides[i];
+        if (!ax.is_split()) {
+            by_atom[dims[i]] = s;
+            continue;
+        }
+        for (size_t p = ax.parts.size(); p-- > 0;) {
+            by_atom[ax.parts[p]] = s;
+            s *= ext.extent[ax.parts[p]];
+        }
+    }
+    std::vector<int64_t> out;
+    for (AxisId atom : a.buffer_axes) out.push_back(by_atom.at(atom));
+    return out;
+}
 
 // How a call is cut along one axis so that every kernel call addresses fewer than 2^31 elements
 // per tensor (halide_buffer_t extents and strides are 32-bit). No axis: one call.
@@ -189,14 +227,20 @@ Prepared prepare(const Registry::Kernel &k, const std::map<std::string, TensorVi
         for (int64_t n : v.shape)
             if (n < 1)
                 throw UserError("tensor '" + a.name + "': shape " + shape_text(v.shape) + " has an extent below 1");
-        if (!v.strides.empty()) {
-            std::vector<int64_t> dense = dense_strides(v.shape);
-            bool ok = v.strides.size() == v.shape.size();
-            for (size_t i = 0; ok && i < dense.size(); ++i) ok = v.shape[i] == 1 || v.strides[i] == dense[i];
-            if (!ok)
-                throw UserError("tensor '" + a.name + "': strides " + shape_text(v.strides) + " for shape " + shape_text(v.shape) +
-                                " are not contiguous row-major (expected " + shape_text(dense) +
-                                "); the kernels require contiguous row-major tensors");
+        if (!v.strides.empty() && v.strides.size() != v.shape.size())
+            throw UserError("tensor '" + a.name + "': " + std::to_string(v.strides.size()) + " strides for shape " + shape_text(v.shape));
+        if (!is_dense(v)) {
+            // The MLIR CPU kernels take strided memrefs whose innermost stride is 1: an input or a
+            // parameter with any outer strides (a head sliced out of a fused QKV projection, rows of
+            // a larger tensor, a batch-major view of a sequence-major one). The Halide kernels and
+            // every output are dense.
+            const std::string head = "tensor '" + a.name + "': strides " + shape_text(v.strides) + " for shape " + shape_text(v.shape) +
+                                     " are not contiguous row-major (expected " + shape_text(dense_strides(v.shape)) + ")";
+            if (k.backend != Backend::Mlir)
+                throw UserError(head + "; kernel '" + k.function + "' (Halide) takes contiguous row-major tensors, the MLIR kernels take strided inputs");
+            if (a.role == KernelArg::Output) throw UserError(head + "; outputs are contiguous row-major");
+            for (int64_t st : v.strides)
+                if (st < 0 || st > INT32_MAX) throw UserError(head + "; strides must be in [0, 2^31)");
         }
         s.view = &v;
         s.data = v.data;
@@ -230,13 +274,28 @@ Prepared prepare(const Registry::Kernel &k, const std::map<std::string, TensorVi
         throw UserError(kname + " cannot take this call: " + no + (k.requirement.alignment ? " (it has streaming stores)" : "") +
                         "; Registry::select_for gives such a call a kernel without that requirement");
 
+    // Strided views: their strides along the buffer dimensions; the innermost one must be 1.
+    for (Slot &s : p.slots) {
+        if (!s.view || is_dense(*s.view)) continue;
+        s.strides = buffer_strides(spec, *s.arg, *s.view, p.ext);
+        if (!s.strides.empty() && s.strides[0] != 1 && p.ext.extent[s.arg->buffer_axes[0]] > 1)
+            throw UserError("tensor '" + s.arg->name + "': strides " + shape_text(s.view->strides) + " for shape " + shape_text(s.view->shape) +
+                            ": its innermost axis '" + spec.axes[s.arg->buffer_axes[0]].name + "' has stride " + std::to_string(s.strides[0]) +
+                            "; the MLIR kernels take strided inputs whose innermost axis is contiguous (stride 1)");
+    }
+
     // Memory: no output may overlap an input or another output, except an `updates` output that is
-    // exactly the buffer of the input it updates.
+    // exactly the buffer of the input it updates. A strided view spans its first to its last element.
     std::vector<Range> ins, outs;
     for (const Slot &s : p.slots) {
         if (!s.view) continue;
         uintptr_t b = (uintptr_t)s.view->data;
-        Range r{&s.arg->name, b, b + (uintptr_t)s.view->numel() * dtype_size(s.view->dtype)};
+        int64_t span = s.view->numel();
+        if (!s.strides.empty()) {
+            span = 1;
+            for (size_t i = 0; i < s.view->shape.size(); ++i) span += (s.view->shape[i] - 1) * s.view->strides[i];
+        }
+        Range r{&s.arg->name, b, b + (uintptr_t)span * dtype_size(s.view->dtype)};
         (s.arg->role == KernelArg::Output ? outs : ins).push_back(r);
     }
     for (size_t i = 0; i < outs.size(); ++i) {
@@ -260,6 +319,11 @@ Prepared prepare(const Registry::Kernel &k, const std::map<std::string, TensorVi
     }
 
     p.chunks = plan_chunks(k, p.ext);
+    if (p.chunks.axis >= 0)
+        for (const Slot &s : p.slots)
+            if (!s.strides.empty())
+                throw UserError("tensor '" + s.arg->name + "': a strided tensor in a call of more than 2^31-1 elements per tensor (cut into "
+                                "several kernel calls): pass it contiguous");
 
     if (allocate_scratch) {
         for (Slot &s : p.slots) {
@@ -351,8 +415,10 @@ void run_kernel(const Registry::Kernel &k, const std::map<std::string, TensorVie
             const Slot &s = p.slots[i];
             dims[i].clear();
             int64_t stride = 1, offset = 0;
-            for (AxisId ax : s.arg->buffer_axes) {
+            for (size_t d = 0; d < s.arg->buffer_axes.size(); ++d) {
+                const AxisId ax = s.arg->buffer_axes[d];
                 int64_t extent = p.ext.extent[ax];
+                if (!s.strides.empty()) stride = s.strides[d];  // (strided views are never chunked)
                 if (ax == c.axis) {
                     offset = begin * stride;
                     extent = len;

@@ -21,7 +21,9 @@ namespace normgen {
 // required tensor is missing; a name is unknown; an optional output is given to a "core" kernel
 // (select a full kernel); a data pointer is null; a storage type differs from the kernel's; a rank
 // or shape does not match the declaration (axes bound as in the reference, split axes divisible by
-// their fixed part); strides are not contiguous row-major; an output overlaps an input or another
+// their fixed part); strides are not contiguous row-major, except an input's or a parameter's for an
+// MLIR kernel (strided memrefs: any outer strides in [0, 2^31), the innermost axis's 1, passed
+// through); an output overlaps an input or another
 // output in memory, except that an output declared `updates X` may be exactly input X's buffer
 // (same pointer, same shape); or a tensor exceeds 2^31-1 elements and the call cannot be split
 // (below; the message names the axis and why).

@@ -1,6 +1,6 @@
 // normgen-pre-post-ln: the seeds' check [d] on normgen's kernels. The model of model.h (48 residual
 // blocks of width 64, batch 16, Pre-LN and Post-LN, PyTorch's weights from
-// ../shared/golden/backward/pre_post_ln/) with every LayerNorm run by the generated f32 kernels: the
+// tests/golden/backward/pre_post_ln/) with every LayerNorm run by the generated f32 kernels: the
 // forward's full kernel (it writes the saved mu and rstd) and the backward kernel `normgen grad`
 // derived from the same declaration (Registry::select_grad). Linear stays in float64 loops.
 // Prints each block's weight-gradient norm beside PyTorch's and the last/first ratios (PyTorch:

@@ -1,4 +1,4 @@
-// The model of the seeds' check [d] (../shared/golden/backward/pre_post_ln): 48 residual blocks of
+// The model of the seeds' check [d] (tests/golden/backward/pre_post_ln): 48 residual blocks of
 // width 64 on a batch of 16, Pre-LN `h = h + Linear(LN(h))` or Post-LN `h = LN(h + Linear(h))`, a
 // linear head, loss = mean(out^2); one forward and one backward pass, and the Frobenius norm of
 // each block's Linear weight gradient. Linear is plain loops in float64; the LayerNorm forward and

@@ -1,10 +1,11 @@
-// The PyTorch golden cases (../shared/golden and its backward/ folder), shared by the forward and
-// backward golden tests: a minimal JSON reader for cases.json, the cases, how the catalog expresses
+// The PyTorch golden cases (tests/golden and its backward/ folder, made by tests/golden/make_golden.py),
+// shared by the forward and backward golden tests: a minimal JSON reader for cases.json, the cases, how the catalog expresses
 // each one, and the comparison with its tolerance.
 #pragma once
 
 #include "dsl/checker.h"
 #include "runtime/npy.h"
+#include "runtime/shapes.h"
 
 #include <catch2/catch.hpp>
 
@@ -14,6 +15,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -160,6 +162,9 @@ struct GoldenCase {
     std::vector<std::pair<std::string, Shape>> inputs, outputs;
     std::vector<std::pair<std::string, double>> consts;
     std::map<std::string, std::string> layout;
+    // The kernel storage types the case stands for, where a declared rounding point depends on them
+    // (the Llama RMSNorm's round(..., to: x) in bf16); empty: the declaration's defaults.
+    StorageMap storage;
 };
 
 
@@ -186,6 +191,12 @@ std::vector<GoldenCase> load_cases(const std::string &dir) {
         for (const auto &kv : c.at("outputs").object) g.outputs.emplace_back(kv.first, to_shape(kv.second));
         for (const auto &kv : c.at("consts").object) g.consts.emplace_back(kv.first, kv.second.number);
         for (const auto &kv : c.at("layout").object) g.layout[kv.first] = kv.second.string;
+        if (const Json *s = c.find("storage"))
+            for (const auto &kv : s->object) {
+                std::optional<DType> t = parse_dtype(kv.second.string);
+                if (!t) throw std::runtime_error("cases.json: case " + g.name + ": unknown storage type '" + kv.second.string + "'");
+                g.storage[kv.first] = *t;
+            }
         cases.push_back(g);
     }
     return cases;
@@ -227,6 +238,9 @@ const std::map<std::string, Mapping> &case_table() {
         {"group_norm_nhwc", {"group_norm_nhwc", {{"groups", "g"}}, false}},
         {"instance_norm", {"instance_norm", {}, false}},
         {"dyt", {"dyt", {}, false}},
+        {"rms_norm_llama_bf16_inputs", {"rms_norm_llama", {}, false}},
+        {"weight_norm", {"weight_norm", {}, false}},
+        {"poly_norm", {"poly_norm", {}, false}},
     };
     return table;
 }

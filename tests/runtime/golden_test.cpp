@@ -1,4 +1,4 @@
-// The PyTorch float64 golden cases (../shared/golden, an oracle normgen did not write): every case
+// The PyTorch float64 golden cases (tests/golden, made by PyTorch, an oracle normgen did not write): every case
 // in cases.json is expressed by a catalog declaration, evaluated by the interpreter, and every golden
 // output is reproduced within 1e-10 relative. The hand-written references reproduce the cases they
 // cover too. A case the catalog cannot express, or a missing golden folder, is a failure, not a skip.
@@ -105,7 +105,9 @@ Evaluation evaluate_case(const GoldenCase &c) {
 
     TensorMap out;
     try {
-        out = evaluate_reference(spec, in, ov);
+        ReferenceOptions options;
+        options.storage = c.storage;
+        out = evaluate_reference(spec, in, ov, options);
     } catch (const UserError &e) {
         ev.problem = std::string("the interpreter refused it: ") + e.what();
         return ev;
@@ -340,20 +342,22 @@ TEST_CASE("the hand-written references reproduce the golden cases they cover", "
                      g(c, "y").data, case_atol(c));
         covered.push_back(c.name);
     }
-    // The rest have no hand-written reference (layers.h has no ScaleNorm and no eps-outside-root
-    // LayerNorm); the interpreter test above covers them. Name them, so a new case is a decision.
+    // The rest have no hand-written reference (layers.h has no ScaleNorm, eps-outside-root LayerNorm,
+    // Llama RMSNorm rounding, WeightNorm or PolyNorm); the interpreter test above covers them. Name
+    // them, so a new case is a decision.
     std::vector<std::string> uncovered;
     for (const GoldenCase &c : cases)
         if (std::find(covered.begin(), covered.end(), c.name) == covered.end()) uncovered.push_back(c.name);
     std::sort(uncovered.begin(), uncovered.end());
-    CHECK(uncovered == std::vector<std::string>{"layer_norm_eps_outside_root", "scale_norm"});
+    CHECK(uncovered ==
+          std::vector<std::string>{"layer_norm_eps_outside_root", "poly_norm", "rms_norm_llama_bf16_inputs", "scale_norm", "weight_norm"});
 }
 
 // README: "Inputs were drawn in float32 (some rounded to bfloat16 first, as the case name says), so
 // they are exact in f32, and in bf16 where stated". That matters for the tensors a kernel reads in a
 // reduced storage type (the declaration's `storage` groups): the kernel's input must be the oracle's.
-// (Not every input is f32-exact: scale_norm's g = 1.7 and the BatchNorm running_var are float64
-// values; those are fixed-f32 parameters, and a kernel sees them rounded by ~3e-8 relative.)
+// (tests/golden/make_golden.py draws every input in float32; scale_norm's g is 1.75 and DyT's alpha
+// 0.625, exact too.)
 TEST_CASE("golden inputs a kernel stores in f32 / bf16 / f16 are exact in f32 (and in bf16 where stated)", "[runtime][golden]") {
     REQUIRE(fs::is_directory(golden_dir()));
     int checked = 0;
