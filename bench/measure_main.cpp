@@ -179,7 +179,7 @@ private:
             const NormSpec &forward = grad ? *fk->spec : *k.spec;
             const StorageMap storage = k.storage();
             const InputMaker inputs = grad ? backward_input_maker(forward, *k.spec, storage) : InputMaker{};
-            const KernelFn fn = [&k](const TensorMap &in, const Overrides &) { return run_kernel_f64(k, in); };
+            const KernelFn fn = [&k](const TensorMap &in, const Overrides &ov) { return run_kernel_f64(k, in, ov); };
             std::vector<VerifyShape> sweep = verify_shapes(forward);
             // A kernel compiled for one extent of its innermost axis gets the sweep's shapes with
             // that extent (each other axis still takes the sweep's awkward values).

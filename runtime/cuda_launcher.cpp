@@ -40,6 +40,8 @@ struct CudaDriver::Api {
     CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t) = nullptr;
     CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t) = nullptr;
     CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t) = nullptr;
+    CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t) = nullptr;
+    CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice) = nullptr;
     CUresult (*cuEventCreate)(Handle *, unsigned) = nullptr;
     CUresult (*cuEventRecord)(Handle, Handle) = nullptr;
     CUresult (*cuEventSynchronize)(Handle) = nullptr;
@@ -57,11 +59,11 @@ CudaDriver::CudaDriver() : api_(std::make_unique<Api>()) {
     std::string name = env && *env ? env : "libcuda.so.1";
     api_->lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!api_->lib)
-        throw CudaUnavailable("no CUDA driver: cannot load " + name + " (" + dlerror() +
-                              "); the mlir-cuda kernels need an NVIDIA GPU and its driver");
+        throw CudaUnavailable("no CUDA device: cannot load the CUDA driver " + name + " (" + dlerror() +
+                              "); CUDA kernels need an NVIDIA GPU and its driver");
     auto sym = [&](auto &fn, const char *s) {
         fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(api_->lib, s));
-        if (!fn) throw CudaUnavailable("the CUDA driver " + name + " lacks " + s + " (too old?)");
+        if (!fn) throw CudaUnavailable("no CUDA device: the CUDA driver " + name + " lacks " + s + " (too old?)");
     };
     sym(api_->cuInit, "cuInit");
     sym(api_->cuGetErrorName, "cuGetErrorName");
@@ -82,15 +84,17 @@ CudaDriver::CudaDriver() : api_(std::make_unique<Api>()) {
     sym(api_->cuMemcpyHtoD, "cuMemcpyHtoD_v2");
     sym(api_->cuMemcpyDtoH, "cuMemcpyDtoH_v2");
     sym(api_->cuMemsetD8, "cuMemsetD8_v2");
+    sym(api_->cuMemcpyDtoD, "cuMemcpyDtoD_v2");
+    sym(api_->cuDeviceGetAttribute, "cuDeviceGetAttribute");
     sym(api_->cuEventCreate, "cuEventCreate");
     sym(api_->cuEventRecord, "cuEventRecord");
     sym(api_->cuEventSynchronize, "cuEventSynchronize");
     sym(api_->cuEventElapsedTime, "cuEventElapsedTime");
     sym(api_->cuEventDestroy, "cuEventDestroy_v2");
-    if (CUresult r = api_->cuInit(0)) throw CudaUnavailable("the CUDA driver did not initialize: " + error_text(r));
+    if (CUresult r = api_->cuInit(0)) throw CudaUnavailable("no CUDA device: the CUDA driver did not initialize: " + error_text(r));
     int count = 0;
-    if (CUresult r = api_->cuDeviceGetCount(&count)) throw CudaUnavailable("cannot count CUDA devices: " + error_text(r));
-    if (count == 0) throw CudaUnavailable("the CUDA driver sees no device");
+    if (CUresult r = api_->cuDeviceGetCount(&count)) throw CudaUnavailable("no CUDA device: cannot count CUDA devices: " + error_text(r));
+    if (count == 0) throw CudaUnavailable("no CUDA device: the CUDA driver sees none");
     check(api_->cuDeviceGet(&api_->device, 0), "cuDeviceGet");
     check(api_->cuDevicePrimaryCtxRetain(&api_->context, api_->device), "cuDevicePrimaryCtxRetain");
     check(api_->cuCtxSetCurrent(api_->context), "cuCtxSetCurrent");
@@ -115,6 +119,8 @@ std::string CudaDriver::error_text(int code) const {
 void CudaDriver::check(int code, const char *what) const {
     if (code) throw std::runtime_error(std::string(what) + " failed: " + error_text(code));
 }
+
+void *CudaDriver::context() const { return api_->context; }
 
 std::string CudaDriver::device_name() const {
     char buf[256] = {};
@@ -143,6 +149,12 @@ void CudaDriver::free(uint64_t p) { api_->cuMemFree(p); }
 void CudaDriver::upload(uint64_t dst, const void *src, size_t n) { check(api_->cuMemcpyHtoD(dst, src, n), "cuMemcpyHtoD"); }
 void CudaDriver::download(void *dst, uint64_t src, size_t n) { check(api_->cuMemcpyDtoH(dst, src, n), "cuMemcpyDtoH"); }
 void CudaDriver::fill(uint64_t dst, uint8_t byte, size_t n) { check(api_->cuMemsetD8(dst, byte, n), "cuMemsetD8"); }
+void CudaDriver::copy(uint64_t dst, uint64_t src, size_t n) { check(api_->cuMemcpyDtoD(dst, src, n), "cuMemcpyDtoD"); }
+int CudaDriver::attribute(int code) const {
+    int v = 0;
+    check(api_->cuDeviceGetAttribute(&v, code, api_->device), "cuDeviceGetAttribute");
+    return v;
+}
 void CudaDriver::synchronize() { check(api_->cuCtxSynchronize(), "cuCtxSynchronize"); }
 
 void CudaDriver::launch(const Function &f, unsigned grid, unsigned block, std::vector<void *> &params) {
@@ -172,13 +184,13 @@ struct CudaKernelRunner::Launch {
     std::vector<void *> params;        // pointers into `words`
     unsigned grid = 1;
     unsigned final_grid = 0;           // the two-kernel form: the final reduce's blocks
-    CudaDriver *driver = nullptr;
+    GpuDevice *driver = nullptr;
     ~Launch() {
         for (uint64_t p : device) driver->free(p);
     }
 };
 
-CudaKernelRunner::CudaKernelRunner(CudaDriver &driver, const Registry::Kernel &kernel, const std::string &dir)
+CudaKernelRunner::CudaKernelRunner(GpuDevice &driver, const Registry::Kernel &kernel, const std::string &dir)
     : driver_(driver), kernel_(kernel) {
     if (kernel.device != Device::Cuda) throw std::logic_error("CudaKernelRunner: '" + kernel.function + "' is not a CUDA kernel");
     fn_ = driver.load(dir + "/" + kernel.cuda.image, kernel.cuda.entry);
@@ -258,6 +270,8 @@ void CudaKernelRunner::run(std::map<std::string, std::vector<uint8_t>> &tensors,
 
 double CudaKernelRunner::time(std::map<std::string, std::vector<uint8_t>> &tensors, const std::map<std::string, int64_t> &extents, int reps,
                               int launches) {
+    auto *cuda = dynamic_cast<CudaDriver *>(&driver_);
+    if (!cuda) throw std::logic_error("CudaKernelRunner::time: timing needs the CUDA driver");
     Launch l;
     prepare(l, tensors, extents);
     auto call = [&] {
@@ -267,9 +281,37 @@ double CudaKernelRunner::time(std::map<std::string, std::vector<uint8_t>> &tenso
     call();  // warm-up
     driver_.synchronize();
     std::vector<double> t;
-    for (int r = 0; r < reps; ++r) t.push_back(driver_.time_ms(call, launches));
+    for (int r = 0; r < reps; ++r) t.push_back(cuda->time_ms(call, launches));
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
+}
+
+TensorMap CudaKernelRunner::run_f64(const TensorMap &inputs, const Overrides &axes) {
+    const NormSpec &spec = *kernel_.spec;
+    const AxisExtents ext = bind_axes(spec, inputs, axes);
+    std::map<std::string, std::vector<uint8_t>> t;
+    for (const KernelArg &a : kernel_.args) {
+        if (a.role != KernelArg::Output) {
+            t[a.name] = encode(inputs.at(a.name).data, a.dtype);
+        } else {
+            int64_t n = 1;
+            for (AxisId ax : a.buffer_axes) n *= ext.extent[ax];
+            t[a.name].assign((size_t)n * dtype_size(a.dtype), 0xff);
+        }
+    }
+    std::map<std::string, int64_t> extents;
+    for (size_t a = 0; a < spec.axes.size(); ++a)
+        if (!spec.axes[a].is_split()) extents[spec.axes[a].name] = ext.extent[a];
+    run(t, extents);
+    TensorMap out;
+    for (const KernelArg &a : kernel_.args) {
+        if (a.role != KernelArg::Output) continue;
+        HostTensor h;
+        h.shape = physical_shape(spec, spec.find_output(a.name)->dims, ext);
+        h.data = decode(t[a.name].data(), t[a.name].size() / dtype_size(a.dtype), a.dtype);
+        out[a.name] = std::move(h);
+    }
+    return out;
 }
 
 }  // namespace normgen

@@ -262,7 +262,7 @@ Registry Registry::load(const std::string &path, const KernelEntry *table, size_
         if (auto b = parse_backend(backend)) k->backend = *b;
         else r.fail("backend '" + backend + "' (expected halide or mlir)");
         if (auto d = parse_device(device)) k->device = *d;
-        else r.fail("device '" + device + "' (expected cpu or cuda)");
+        else r.fail("device '" + device + "' (expected cpu, cuda or opencl)");
         if (auto v = parse_variant(variant)) k->variant = *v;
         else r.fail("variant '" + variant + "' (expected core or full)");
         if (auto i = parse_isa(isa)) k->isa = *i;
@@ -360,7 +360,20 @@ Registry Registry::load(const std::string &path, const KernelEntry *table, size_
         k->spec = known->second;
         check_args(r, *k->spec, *k);
 
-        if (k->device == Device::Cuda) {  // run by the CUDA launcher (runtime/cuda_launcher.h), not the table
+        if (e.contains("bits_storage"))
+            for (const std::string &t : r.strings(e, "bits_storage")) {
+                auto d = parse_dtype(t);
+                if (!d || (*d != DType::F16 && *d != DType::BF16)) r.fail("bits_storage: '" + t + "' is not f16 or bf16");
+                k->bits_storage.push_back(*d);
+            }
+        if (k->backend == Backend::Halide && e.contains("ptxas")) {  // a Halide CUDA kernel's PTX, as ptxas saw it
+            const json &p = e["ptxas"];
+            k->cuda.ptx = e.value("ptx", "");
+            k->cuda.registers = p.value("registers", 0);
+            k->cuda.spill_stores = p.value("spill_stores", 0);
+            k->cuda.spill_loads = p.value("spill_loads", 0);
+        }
+        if (k->device == Device::Cuda && k->backend == Backend::Mlir) {  // run by the CUDA launcher (runtime/cuda_launcher.h), not the table
             k->cuda.image = r.str(e, "cubin");
             k->cuda.ptx = r.str(e, "ptx");
             k->cuda.entry = r.str(e, "entry");
@@ -441,6 +454,17 @@ const Registry::Kernel *Registry::select(const std::string &layer, DType dtype, 
         if (!best || rank(k->isa) > rank(best->isa)) best = k.get();
     }
     return best;
+}
+
+const Registry::Kernel *Registry::select_device(const std::string &layer, DType dtype, Device device, bool need_optional_outputs,
+                                                Backend backend) const {
+    auto spec = this->spec(layer);
+    if (!spec) return nullptr;
+    const Variant variant = need_optional_outputs && has_optional_outputs(*spec) ? Variant::Full : Variant::Core;
+    for (const auto &k : kernels_)
+        if (k->layer == layer && k->dtype == dtype && k->variant == variant && k->device == device && k->backend == backend && !k->tuned_only)
+            return k.get();
+    return nullptr;
 }
 
 const Registry::Kernel *Registry::select_grad(const std::string &layer, DType dtype, std::optional<Isa> isa, Backend backend) const {

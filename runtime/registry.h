@@ -13,8 +13,12 @@
 //         "cpu_features": ["avx2", "fma", ...],      // __builtin_cpu_supports names
 //         "variant": "core" | "full",    // core: required outputs; full: optional outputs too
 //         "backend": "halide" | "mlir",  // absent: halide
-//         "device": "cpu" | "cuda",      // absent: cpu. CUDA entries carry "ptx", "cubin", "entry",
-//                                        // "block_threads", "grid_axes", "extent_axes", "ptxas"
+//         "device": "cpu" | "cuda" | "opencl",  // absent: cpu. MLIR CUDA entries carry "ptx", "cubin",
+//                                        // "entry", "block_threads", "grid_axes", "extent_axes", "ptxas";
+//                                        // Halide GPU entries are host code (in the kernel table) that
+//                                        // launches their device code: CUDA ones carry "ptx" and "ptxas"
+//         "bits_storage": ["f16", "bf16"], // these types' buffers typed uint16, the same bits (a GPU
+//                                        // kernel whose device lacks the type, or Halide its codegen)
 //         "split": {"axes": [...], "dims": [[...]]},  // MLIR CPU: runtime/mlir_abi.h
 //         "schedule": {"kind": "halide-cpu", "knobs": {...}},  // the schedule record
 //         "schedule_text": "row schedule: ...",              // what it did, in words
@@ -81,8 +85,9 @@ public:
         std::vector<std::string> cpu_features;
         Variant variant = Variant::Core;
         Backend backend = Backend::Halide;  // the manifest's "backend" (absent = halide)
-        Device device = Device::Cpu;        // CUDA kernels are listed, never bound to the table
-        struct Cuda {                    // device "cuda" only
+        Device device = Device::Cpu;        // MLIR CUDA kernels are listed, never bound to the table; Halide GPU ones are
+        std::vector<DType> bits_storage;    // f16/bf16 whose buffers are uint16 (the same bits): OpenCL, CUDA's bf16
+        struct Cuda {                    // device "cuda" only (a Halide one: ptx and the ptxas figures)
             std::string image, ptx;      // the cubin and the PTX it was assembled from (manifest folder)
             std::string entry;           // the kernel's name in the image
             int block_threads = 256;
@@ -173,6 +178,11 @@ public:
     // outputs has only core, which then writes everything), of `backend`. nullptr when none fits.
     const Kernel *select(const std::string &layer, DType dtype, bool need_optional_outputs,
                          std::optional<Isa> isa = std::nullopt, Backend backend = Backend::Halide) const;
+    // The kernel of `layer` for a device (cuda, opencl: a Halide GPU kernel, host code that
+    // launches it, run by run_kernel; cpu: any, whatever this CPU runs), nullptr when none. The
+    // device itself may be absent from this machine: run_kernel says so.
+    const Kernel *select_device(const std::string &layer, DType dtype, Device device, bool need_optional_outputs = false,
+                                Backend backend = Backend::Halide) const;
     // The backward kernel of forward layer `layer` (its `normgen grad` declaration, layer
     // <layer>_grad, built with GRAD ON / the catalog's grad kernels), chosen as select() chooses.
     const Kernel *select_grad(const std::string &layer, DType dtype, std::optional<Isa> isa = std::nullopt,

@@ -1,5 +1,6 @@
 #include "runtime/run.h"
 
+#include "runtime/device.h"
 #include "runtime/errors.h"
 #include "runtime/halide_errors.h"
 #include "runtime/npy.h"
@@ -190,7 +191,7 @@ struct Range {
     bool overlaps(const Range &o) const { return begin < o.end && o.begin < end; }
 };
 
-Prepared prepare(const Registry::Kernel &k, const std::map<std::string, TensorView> &tensors, bool allocate_scratch) {
+Prepared prepare(const Registry::Kernel &k, const std::map<std::string, TensorView> &tensors, bool allocate_scratch, const Overrides &axes) {
     const NormSpec &spec = *k.spec;
     const std::string kname = "kernel '" + k.function + "'";
 
@@ -252,7 +253,7 @@ Prepared prepare(const Registry::Kernel &k, const std::map<std::string, TensorVi
     std::map<std::string, std::vector<int64_t>> shapes;
     for (const Slot &s : p.slots)
         if (s.view && s.arg->role != KernelArg::Output) shapes[s.arg->name] = s.view->shape;
-    p.ext = bind_axes(spec, shapes);
+    p.ext = bind_axes(spec, shapes, axes);
     for (const KernelArg &a : k.args)
         for (AxisId ax : a.buffer_axes)
             if (p.ext.extent[ax] < 0)
@@ -349,9 +350,9 @@ halide_type_t halide_type_of(DType t) {
     throw std::logic_error("halide_type_of: unknown dtype");
 }
 
-TensorMap run_kernel_f64(const Registry::Kernel &k, const TensorMap &inputs) {
+TensorMap run_kernel_f64(const Registry::Kernel &k, const TensorMap &inputs, const Overrides &axes) {
     const NormSpec &spec = *k.spec;
-    const AxisExtents ext = bind_axes(spec, inputs);
+    const AxisExtents ext = bind_axes(spec, inputs, axes);
     struct Free {
         void operator()(uint8_t *p) const { std::free(p); }
     };
@@ -378,7 +379,7 @@ TensorMap run_kernel_f64(const Registry::Kernel &k, const TensorMap &inputs) {
         v.data = mem;
         views[a.name] = v;
     }
-    run_kernel(k, views);
+    run_kernel(k, views, axes);
     TensorMap out;
     for (const KernelArg &a : k.args)
         if (a.role == KernelArg::Output) {
@@ -390,14 +391,18 @@ TensorMap run_kernel_f64(const Registry::Kernel &k, const TensorMap &inputs) {
     return out;
 }
 
-void check_kernel_call(const Registry::Kernel &k, const std::map<std::string, TensorView> &tensors) {
+void check_kernel_call(const Registry::Kernel &k, const std::map<std::string, TensorView> &tensors, const Overrides &axes) {
     if (!k.spec) throw std::logic_error("check_kernel_call: kernel '" + k.function + "' has no declaration");
-    prepare(k, tensors, false);
+    prepare(k, tensors, false, axes);
 }
 
-void run_kernel(const Registry::Kernel &k, const std::map<std::string, TensorView> &tensors) {
+void run_kernel(const Registry::Kernel &k, const std::map<std::string, TensorView> &tensors, const Overrides &axes) {
     if (!k.spec || !k.argv) throw std::logic_error("run_kernel: kernel '" + k.function + "' is not bound (load it with Registry::load)");
-    Prepared p = prepare(k, tensors, true);
+    Prepared p = prepare(k, tensors, true, axes);
+    // A GPU kernel (Halide's host code launching its device code): the device must be here; the
+    // buffers are the caller's host memory, copied to the device by the kernel and back below.
+    const bool gpu = k.device != Device::Cpu;
+    if (gpu) require_device(k.device);
 
     install_halide_error_handler();
     take_halide_error();  // drop anything left from an earlier call
@@ -433,12 +438,20 @@ void run_kernel(const Registry::Kernel &k, const std::map<std::string, TensorVie
             b.host = static_cast<uint8_t *>(s.data) + offset * (int64_t)dtype_size(s.arg->dtype);
             b.flags = 0;
             b.type = halide_type_of(s.arg->dtype);
+            if (std::count(k.bits_storage.begin(), k.bits_storage.end(), s.arg->dtype)) b.type = halide_type_t(halide_type_uint, 16, 1);
+            // On a GPU, inputs go to the device first; outputs are written there, then copied back.
+            if (gpu && s.arg->role != KernelArg::Output) b.flags = halide_buffer_flag_host_dirty;
             b.dimensions = (int32_t)dims[i].size();
             b.dim = dims[i].empty() ? nullptr : dims[i].data();
             b.padding = nullptr;
             args[i] = &b;
         }
         int rc = k.argv(args.data());
+        if (gpu) {
+            for (size_t i = 0; i < n; ++i)
+                if (rc == 0 && p.slots[i].arg->role == KernelArg::Output) rc = halide_copy_to_host(nullptr, &bufs[i]);
+            for (size_t i = 0; i < n; ++i) halide_device_free(nullptr, &bufs[i]);
+        }
         if (rc != 0) {
             std::string msg = take_halide_error();
             throw std::runtime_error("kernel '" + k.function + "' failed (Halide error " + std::to_string(rc) + ")" +

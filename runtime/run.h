@@ -29,6 +29,9 @@ namespace normgen {
 // (below; the message names the axis and why).
 //
 // Then it calls the kernel; a Halide runtime error becomes a std::runtime_error with Halide's message.
+// A GPU kernel (device cuda or opencl) first needs its device: without one, DeviceUnavailable
+// ("no CUDA device: ...", runtime/device.h), nothing written; it takes the same host tensors,
+// copies them to the device and its outputs back, and frees what it allocated there.
 // Past 2^31 elements: the kernels address at most 2^31-1 elements per tensor (32-bit extents and
 // strides), so a call whose largest tensor has more is cut along that tensor's outermost axis into
 // chunks of at most 2^31-1 elements per tensor, one kernel call each, in order. That axis must be
@@ -36,18 +39,21 @@ namespace normgen {
 // has it must have it outermost (a chunk is then a contiguous slice); tensors without it are passed
 // whole. A LayerNorm of 2^32 rows is four calls; one row of 2^31 elements, or a BatchNorm whose
 // outermost axis n is reduced, is refused.
-void run_kernel(const Registry::Kernel &k, const std::map<std::string, TensorView> &tensors);
+//
+// `axes` sets the extent of an axis the declaration fixes (GroupNorm's `axis g = 32` at 16 groups):
+// the kernels take any extent of it; the default is the declared one.
+void run_kernel(const Registry::Kernel &k, const std::map<std::string, TensorView> &tensors, const Overrides &axes = {});
 
 // run_kernel on float64 tensors (the verifier's and the tests' currency): the inputs (by name, already
 // representable in their storage types) are encoded to the kernel's storage types, every output
 // is poisoned (NaN) before the call, each tensor in 64-byte aligned memory; returns the outputs as
 // float64. The call's shapes come from the inputs, exactly as a program's.
-TensorMap run_kernel_f64(const Registry::Kernel &k, const TensorMap &inputs);
+TensorMap run_kernel_f64(const Registry::Kernel &k, const TensorMap &inputs, const Overrides &axes = {});
 
 // The halide_type_t of a storage type (f32, f16, bf16, f64).
 halide_type_t halide_type_of(DType t);
 
 // The checks alone (everything run_kernel refuses), without calling the kernel.
-void check_kernel_call(const Registry::Kernel &k, const std::map<std::string, TensorView> &tensors);
+void check_kernel_call(const Registry::Kernel &k, const std::map<std::string, TensorView> &tensors, const Overrides &axes = {});
 
 }  // namespace normgen

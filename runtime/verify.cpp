@@ -66,9 +66,10 @@ std::vector<VerifyShape> verify_shapes(const NormSpec &spec) {
     for (AxisId a : order) if (fixed(a)) fixed_product *= *spec.axes[a].fixed_extent;
 
     std::vector<VerifyShape> shapes;
-    auto add = [&](int64_t w, int64_t other, int64_t rows, double offset) {
+    auto add = [&](int64_t w, int64_t other, int64_t rows, double offset, bool quick = false) {
         VerifyShape s;
         s.offset = offset;
+        s.quick = quick;
         s.sizes[spec.axes[inner].name] = w;
         for (AxisId a : other_red) s.sizes[spec.axes[a].name] = other;
         for (size_t i = 0; i < indep.size(); ++i) s.sizes[spec.axes[indep[i]].name] = i == 0 ? rows : (i == 1 ? 2 : 1);
@@ -91,20 +92,42 @@ std::vector<VerifyShape> verify_shapes(const NormSpec &spec) {
         if (per_row_at(o) > (int64_t(1) << 23)) o = 1;
         int64_t per_row = per_row_at(o);
         int64_t rows = std::clamp<int64_t>(budget / std::max<int64_t>(per_row, 1) / 2, 1, 37);
-        add(w, o, rows, (k++ % 2) ? 1e4 : 0);
-        if (w == 17 || w == 4097) add(w, o, rows, 1e4);  // odd widths with a large mean as well
+        add(w, o, rows, (k++ % 2) ? 1e4 : 0, w == 1 || w == 262144);
+        if (w == 17 || w == 4097) add(w, o, rows, 1e4, true);  // odd widths with a large mean as well
     }
     add(1000, other, 1, 0);                                    // one row
-    add(1000, other, 1, 1e4);
-    add(3, other, std::max<int64_t>(1, 20000 / fixed_product), 0);  // many short rows
+    add(1000, other, 1, 1e4, true);
+    add(3, other, std::max<int64_t>(1, 20000 / fixed_product), 0, true);  // many short rows
     add(7, 1, 5, 0);                                           // small reduced extents (1x7 spatial)
     add(64, other_red.empty() ? 1 : 64, 2, 1e4);               // large spatial extents (64x64)
-    add(130, 2, 9, 0);                                         // widths past a vector multiple
+    add(130, 2, 9, 0, true);                                   // widths past a vector multiple
     add(33, 5, 3, 1e4);
     add(2, 1, 3, 0);                                           // the smallest real reduction
     add(16, other, 37, 1e4);                                   // exactly one AVX-512 vector
-    add(8193, 1, 2, 0);                                        // a block boundary plus one
+    add(8193, 1, 2, 0, true);                                  // a block boundary plus one
+    // A split axis whose part is fixed (GroupNorm's g = 32) with other parts: 49 channels in 7
+    // groups of 7 (neither a power of two nor the declared count), a large mean.
+    for (const Axis &ax : spec.axes) {
+        if (!ax.is_split()) continue;
+        bool has_fixed = false;
+        for (AxisId part : ax.parts) has_fixed = has_fixed || fixed(part);
+        if (!has_fixed) continue;
+        add(5, other, 3, 1e4, true);
+        VerifyShape &s = shapes.back();
+        s.label.clear();
+        for (AxisId part : ax.parts) s.sizes[spec.axes[part].name] = 7;
+        for (AxisId a : order)
+            s.label += (s.label.empty() ? "" : " ") + spec.axes[a].name + "=" + std::to_string(s.sizes.count(spec.axes[a].name) ? s.sizes[spec.axes[a].name] : *spec.axes[a].fixed_extent);
+        s.label += " (x+1e4)";
+    }
     return shapes;
+}
+
+std::vector<VerifyShape> quick_shapes(const std::vector<VerifyShape> &all) {
+    std::vector<VerifyShape> some;
+    for (const VerifyShape &s : all)
+        if (s.quick) some.push_back(s);
+    return some;
 }
 
 OutputCheck compare_output(const std::string &name, const HostTensor &got, const HostTensor &ref, DType storage, const OutputBound &ob) {
@@ -228,7 +251,10 @@ InputMaker backward_input_maker(const NormSpec &forward, const NormSpec &backwar
             fstorage[name] = d;
             for (double &v : t.data) v = round_to(v, d);
         }
-        TensorMap fout = evaluate_reference(forward, fin, {}, {fstorage, Rounding::AsDeclared});
+        Overrides fov;  // a fixed extent the case overrides (49 channels in 7 groups)
+        for (size_t a = 0; a < forward.axes.size(); ++a)
+            if (forward.axes[a].fixed_extent && fext.extent[a] != *forward.axes[a].fixed_extent) fov[forward.axes[a].name] = (double)fext.extent[a];
+        TensorMap fout = evaluate_reference(forward, fin, fov, {fstorage, Rounding::AsDeclared});
         std::mt19937_64 rng(seed ^ 0x5851f42d4c957f2dull);
         std::normal_distribution<double> normal(0, 1);
         TensorMap in;
@@ -253,6 +279,12 @@ std::vector<CaseResult> verify_case(const NormSpec &spec, const StorageMap &stor
                                     const VerifyShape &requested, uint64_t seed, const InputMaker &make_inputs,
                                     bool running_error) {
     AxisExtents ext = choose_extents(spec, requested.sizes, 1);
+    // A size given for an axis with a fixed extent (49 channels in 7 groups where g = 32 is
+    // declared) overrides it, for the reference and the kernels alike.
+    Overrides ov;
+    for (const Axis &a : spec.axes)
+        if (a.fixed_extent && requested.sizes.count(a.name) && requested.sizes.at(a.name) != *a.fixed_extent)
+            ov[a.name] = (double)requested.sizes.at(a.name);
     VerifyShape shape = requested;
     TensorMap in, ref;
     const bool rounds = !rounding_points(spec).empty();
@@ -264,7 +296,7 @@ std::vector<CaseResult> verify_case(const NormSpec &spec, const StorageMap &stor
             DType d = storage.at(name);
             for (double &v : t.data) v = round_to(v, d);
         }
-        ref = evaluate_reference(spec, in, {}, {storage, Rounding::AsDeclared});
+        ref = evaluate_reference(spec, in, ov, {storage, Rounding::AsDeclared});
         if (shape.offset == 0 || !overflows(spec, ref, storage)) break;
         shape.offset = shape.offset >= 100 ? shape.offset / 10 : 0;
         const std::string was = " (x+" + offset_text(requested.offset) + ")";
@@ -275,7 +307,7 @@ std::vector<CaseResult> verify_case(const NormSpec &spec, const StorageMap &stor
     }
     // The sensitivity is that of the smooth function: a rounding point would turn a 2^-24 nudge into
     // a whole unit of its type where it crosses a boundary. The units themselves are added apart.
-    const TensorMap smooth = rounds ? evaluate_reference(spec, in, {}, {storage, Rounding::Ignored}) : TensorMap{};
+    const TensorMap smooth = rounds ? evaluate_reference(spec, in, ov, {storage, Rounding::Ignored}) : TensorMap{};
     const TensorMap &base = rounds ? smooth : ref;
 
     // Sensitivity of each output to a relative perturbation of every input by 2^-24.
@@ -297,7 +329,7 @@ std::vector<CaseResult> verify_case(const NormSpec &spec, const StorageMap &stor
                 double sign = trial == 1 ? (v < 0 ? -1.0 : 1.0) : trial == 2 ? (i % 2 ? -1.0 : 1.0) : ((rng() & 1) ? 1.0 : -1.0);
                 v += kPerturb * sign * v;
             }
-        TensorMap rp = evaluate_reference(spec, p, {}, {storage, rounds ? Rounding::Ignored : Rounding::AsDeclared});
+        TensorMap rp = evaluate_reference(spec, p, ov, {storage, rounds ? Rounding::Ignored : Rounding::AsDeclared});
         for (const auto &[name, t] : base) {
             double m = 0;
             for (size_t i = 0; i < t.data.size(); ++i) {
@@ -309,7 +341,7 @@ std::vector<CaseResult> verify_case(const NormSpec &spec, const StorageMap &stor
     }
 
     if (running_error) {
-        TensorMap mags = evaluate_magnitudes(spec, in, {}, {storage, rounds ? Rounding::Ignored : Rounding::AsDeclared});
+        TensorMap mags = evaluate_magnitudes(spec, in, ov, {storage, rounds ? Rounding::Ignored : Rounding::AsDeclared});
         for (const auto &[name, t] : mags) {
             double m = 0;
             for (double v : t.data)
@@ -325,7 +357,7 @@ std::vector<CaseResult> verify_case(const NormSpec &spec, const StorageMap &stor
     std::map<std::string, double> flip;
     if (rounds)
         for (Rounding r : {Rounding::UlpUp, Rounding::UlpDown}) {
-            TensorMap moved = evaluate_reference(spec, in, {}, {storage, r});
+            TensorMap moved = evaluate_reference(spec, in, ov, {storage, r});
             for (const auto &[name, t] : ref) {
                 double m = 0;
                 for (size_t i = 0; i < t.data.size(); ++i) {
@@ -344,7 +376,7 @@ std::vector<CaseResult> verify_case(const NormSpec &spec, const StorageMap &stor
         res.seed = seed;
         TensorMap got;
         try {
-            got = kernel(in, {});
+            got = kernel(in, ov);
         } catch (const std::exception &e) {
             OutputCheck c;
             c.name = "(kernel)";

@@ -31,14 +31,21 @@ using KernelFn = std::function<TensorMap(const TensorMap &inputs, const Override
 
 struct VerifyShape {
     std::string label;                     // e.g. "rows=3 d=4097"
-    std::map<std::string, int64_t> sizes;  // extent of each atomic axis by name
+    std::map<std::string, int64_t> sizes;  // extent of each atomic axis by name (a fixed one: overridden)
     double offset = 0;                     // added to the activations (1e4 stresses cancellation)
+    bool quick = false;                    // in the quick sweep (quick_shapes)
 };
 
 // At least 20 shapes derived from the declaration's structure: the innermost reduced axis takes
 // 1, 3, 17, 100, 1000, 4096, 4097, 65536, 262144; one row; many rows; small and large spatial
-// extents where there are several reduced axes. Alternate cases use a 1e4 offset.
+// extents where there are several reduced axes; a split axis with a fixed part (GroupNorm's g =
+// 32) at 7 groups of 7. Alternate cases use a 1e4 offset.
 std::vector<VerifyShape> verify_shapes(const NormSpec &spec);
+
+// The quick sweep (`verify --quick`): the innermost width at 1, 17 and 4097 (large mean) and 262144,
+// one row, 20 000 short rows (rows that do not fill a GPU block), 130 and 8193 (past a vector and
+// a block), and the split axis at 7 x 7.
+std::vector<VerifyShape> quick_shapes(const std::vector<VerifyShape> &all);
 
 // One element outside its bound (or NaN where the reference is not, or an infinity mismatch).
 struct Mismatch {

@@ -46,14 +46,18 @@ void write_manifest(const nlohmann::json &entries, const std::string &path);
 // Writes the C++ table that maps each host kernel's function name to its `_argv` entry point
 // (runtime/kernel_table.h). Halide kernels export `<function>_argv` themselves; for an MLIR kernel
 // ("backend": "mlir") the table defines one that adapts the buffers to the kernel's memref C
-// interface (runtime/mlir_abi.h). CUDA kernels ("device": "cuda") have no host entry point.
+// interface (runtime/mlir_abi.h). MLIR CUDA kernels ("device": "cuda") have no host entry point;
+// Halide's GPU kernels do (their host code launches the device code).
 void write_kernel_table(const nlohmann::json &entries, const std::string &path);
 
 // Merges manifests (`normgen compile`'s manifest.json) or fragments (a generator's JSON list of
-// entries) into one manifest and its kernel table: file fields ("library", "header", "ptx", "cubin")
+// entries) into one manifest and its kernel table: file fields ("library", "header", "ptx", "cubin", "opencl_source")
 // are rewritten relative to the merged manifest's folder; a function listed twice is refused
 // (UserError naming both inputs). Writes both files atomically.
-void merge_manifests(const std::vector<std::string> &inputs, const std::string &manifest_path, const std::string &table_path);
+// `device` (cpu, cuda, opencl): only that device's kernels (the GPU pack's manifest and table);
+// empty: all.
+void merge_manifests(const std::vector<std::string> &inputs, const std::string &manifest_path, const std::string &table_path,
+                     const std::string &device = "");
 
 // Writes `text` to `path` via a temporary file and a rename: an interrupted build never leaves half a file.
 void write_file_atomically(const std::string &path, const std::string &text);

@@ -19,6 +19,7 @@ const char *schedule_kind_name(ScheduleKind k) {
     case ScheduleKind::HalideCpu: return "halide-cpu";
     case ScheduleKind::MlirCpu: return "mlir-cpu";
     case ScheduleKind::MlirCuda: return "mlir-cuda";
+    case ScheduleKind::HalideGpu: return "halide-gpu";
     }
     return "?";
 }
@@ -82,10 +83,32 @@ const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k) {
         {"column_blocks", 264, 1, 65536, false, false,
          "the most blocks of rows when sums over the rows are per-block partials (the two-kernel form; 2 per SM of an H200)"},
     };
+    // Halide on a GPU (CUDA, OpenCL): codegen/halide/schedule_gpu.h says how each knob is used.
+    // Nothing measured on a GPU yet: the defaults are the usual ones for memory-bound kernels on
+    // NVIDIA parts (256 threads, 16-byte vector accesses, 2 blocks of partial sums per SM of an H200).
+    static const std::vector<KnobSpec> halide_gpu{
+        {"block_threads", 256, 32, 1024, false, true, "threads per block"},
+        {"vector_width", 4, 1, 8, false, true,
+         "elements a thread loads and stores as one vector (choose_schedule: 16 bytes of the main output's storage type)"},
+        {"rows_per_block", 1, 1, 32, false, true,
+         "row layout: rows one block normalizes at once, its threads split into that many groups of at least 32 (narrow rows)"},
+        {"block_reduction", 1, 0, 1, false, false,
+         "how a block's threads combine their partial sums: 0 one thread adds them in order, 1 a tree in shared memory "
+         "(groups of 16, then the groups)"},
+        {"row_in_block", 1, 0, 1, true, false,
+         "row layout: a row's statistics and its map in one block, one launch, the row re-read from the cache (false: "
+         "statistics first, in launches of their own, then the map)"},
+        {"column_blocks", 264, 1, 65536, false, false,
+         "the most blocks of per-block partial sums of a reduction across rows (a backward's d_weight and d_bias, BatchNorm's "
+         "statistics, GroupNorm's): each block sums a run of rows, a second launch adds the blocks"},
+        {"welford_lanes", 16, 1, 64, false, true, "interleaved Welford accumulators, merged by Chan's formula (as halide-cpu's)"},
+        {"welford_block", 64, 1, 4096, false, false, "serial Welford steps per lane before a pairwise merge (as halide-cpu's)"},
+    };
     switch (k) {
     case ScheduleKind::HalideCpu: return halide;
     case ScheduleKind::MlirCpu: return mlir_cpu;
     case ScheduleKind::MlirCuda: return mlir_cuda;
+    case ScheduleKind::HalideGpu: return halide_gpu;
     }
     throw std::logic_error("schedule_knobs: unknown kind");
 }
@@ -195,12 +218,34 @@ std::string ScheduleRecord::text() const {
     return s;
 }
 
+namespace {
+
+// Bytes of the main output's storage type (4 when the plan has none).
+int main_output_bytes(const KernelPlan &plan) {
+    for (const PlanArg *o : plan.outputs())
+        if (o->output == plan.main_output) return o->dtype == DType::F32 ? 4 : o->dtype == DType::F64 ? 8 : 2;
+    return 4;
+}
+
+}  // namespace
+
 ScheduleRecord choose_schedule(const KernelPlan &plan, ScheduleKind kind, Isa isa, const std::string &overrides) {
-    (void)plan;  // today's defaults depend on the ISA only; the plan is there for the tuner's classes
     ScheduleRecord r(kind);  // every knob at its default (schedule_knobs)
     if (kind == ScheduleKind::HalideCpu) r.set("vector_width", isa == Isa::Avx512 ? 16 : 8);  // the natural f32 width
+    if (kind == ScheduleKind::HalideGpu) r.set("vector_width", 16 / main_output_bytes(plan));  // 16-byte accesses
     if (!overrides.empty()) apply_schedule_overrides(r, overrides);
+    if (kind == ScheduleKind::HalideGpu) check_gpu_schedule(plan, r);
     return r;
+}
+
+void check_gpu_schedule(const KernelPlan &plan, const ScheduleRecord &r) {
+    const int64_t threads = r.get("block_threads"), rows = r.get("rows_per_block"), vw = r.get("vector_width");
+    if (threads / rows < 32)
+        throw UserError("schedule: knob 'rows_per_block' = " + std::to_string(rows) + " with block_threads = " + std::to_string(threads) +
+                        " leaves " + std::to_string(threads / rows) + " threads a row; a row needs at least 32 (one warp)");
+    if (vw * main_output_bytes(plan) > 16)
+        throw UserError("schedule: knob 'vector_width' = " + std::to_string(vw) + " makes " + std::to_string(vw * main_output_bytes(plan)) +
+                        "-byte accesses of the " + dtype_name(plan.dtype) + " output; a GPU access is at most 16 bytes");
 }
 
 StreamingRequirement streaming_requirement(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &record) {

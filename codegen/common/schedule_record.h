@@ -20,8 +20,8 @@
 
 namespace normgen {
 
-enum class ScheduleKind { HalideCpu, MlirCpu, MlirCuda };
-const char *schedule_kind_name(ScheduleKind k);  // "halide-cpu", "mlir-cpu", "mlir-cuda"
+enum class ScheduleKind { HalideCpu, MlirCpu, MlirCuda, HalideGpu };
+const char *schedule_kind_name(ScheduleKind k);  // "halide-cpu", "mlir-cpu", "mlir-cuda", "halide-gpu"
 
 struct KnobSpec {
     const char *name;
@@ -56,9 +56,15 @@ private:
     std::vector<std::pair<std::string, int64_t>> values_;
 };
 
-// The defaults for a plan (what the lowerings did before schedules were data), with `overrides`
-// applied when given (apply_schedule_overrides).
+// The defaults for a plan, with `overrides` applied when given (apply_schedule_overrides). A
+// halide-gpu record takes its defaults from the plan (vectors of 16 bytes of the main output's
+// storage type) and is checked against it (check_gpu_schedule).
 ScheduleRecord choose_schedule(const KernelPlan &plan, ScheduleKind kind, Isa isa, const std::string &overrides = "");
+
+// Refuses (UserError naming the knob) a halide-gpu record whose knobs do not fit together or the
+// plan: a row group of fewer than 32 threads (rows_per_block against block_threads), vectors wider
+// than 16 bytes of the main output.
+void check_gpu_schedule(const KernelPlan &plan, const ScheduleRecord &record);
 
 // Streaming stores (the halide-cpu knob streaming_stores): the outputs they apply to (the main
 // output and those of its shape) and what a call must give them: data aligned to `alignment` bytes

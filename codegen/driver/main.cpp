@@ -79,9 +79,11 @@ commands:
   catalog FILE...       One table row per declaration: reduction stages and axes, eps
                         placement, affine terms, outputs, and a float64 reference
                         evaluation on fresh random inputs (exit 1 if any row fails).
-  verify FILE... [--backend halide|mlir] [--dtype f32,bf16,f16|all] [--target host,x86-64-avx2]
+  verify FILE... [--backend halide|mlir] [--dtype f32,bf16,f16|all] [--target host,x86-64-avx2|host-opencl|cuda-emulated]
                  [--schedule KNOBS|FILE.json] [--json] [--seed N] [--quick] [--failures] [--grad]
-                        (--quick: every fourth shape of the sweep; --failures: print
+                 [--variant core|full]
+                        (--quick: 9 shapes of the sweep (widths 1, 17, 4097, 262144, one row,
+                        20 000 short rows, 130, 8193, 7 groups of 7); --failures: print
                         only the failing rows; --grad: the backward layer `normgen grad`
                         derives, on the forward's shape sweep, its inputs drawn as the
                         forward's with the saved statistics the float64 forward computes
@@ -94,6 +96,14 @@ commands:
                         host (runs normgen-mlir, built beside normgen). --schedule
                         overrides knobs of every kernel's schedule record
                         ('vector_width=8,row_accumulators=2' or a JSON record).
+                        --target host-opencl: the Halide GPU schedule (halide-gpu record)
+                        compiled for OpenCL and run on this machine's OpenCL device (PoCL on
+                        the CPU: the GPU schedule's logic checked, not its speed).
+                        --backend mlir --target cuda-emulated: the mlir-cuda kernel's
+                        gpu-dialect module run on this CPU, one fiber per thread, barriers
+                        honoured, launched as on a GPU (its logic, not its speed).
+                        --variant core: the kernel without the optional outputs (default
+                        full: with them).
   explain FILE --backend mlir [--stage linalg|loops|llvm|gpu|nvvm|ptx] [--dtype f32|bf16|f16] [--locations]
                  [--schedule KNOBS]
                         Print the declaration as each stage of the MLIR pipelines sees it
@@ -129,7 +139,7 @@ commands:
                         (normgen torch --help)
   run FILE --in NAME=FILE.npy... --out DIR [--backend reference|halide|mlir]
            [--dtype f32|bf16|f16] [--target host|x86-64-avx2] [--set NAME=VALUE...]
-           [--schedule KNOBS|FILE.json]
+           [--schedule KNOBS|FILE.json] [--device cpu|cuda|opencl]
                         Evaluate the declaration on NumPy .npy inputs (every input and
                         parameter, by its declared name) and write each output as
                         DIR/NAME.npy (float64 holding the values as stored). With
@@ -137,6 +147,8 @@ commands:
                         the inputs are rounded to the storage type (--dtype) first. --set
                         overrides a declared const or fixes an axis extent (e.g. --set
                         eps=1e-6 --set g=4). Nothing is written unless every input is valid.
+                        --device cuda|opencl: the Halide GPU kernel (halide-gpu schedule) on
+                        that device; without one, "no CUDA device: ..." and exit 1.
   tune FILE.norm... [--backend halide,mlir] [--dtype ...] [--shapes grid|SIZES;...] [--budget SECONDS]
                     [--db DIR] [--grad]
                         Search each declaration's schedules (both backends, the knobs of its
@@ -205,8 +217,9 @@ int cmd_report(const std::vector<std::string> &args) {
 }
 
 // The Halide JIT as the tools' kernel (with the optional outputs).
-std::unique_ptr<CompiledKernel> halide_factory(const NormSpec &spec, DType dtype, const std::string &target, const std::string &schedule) {
-    return std::make_unique<hl::JitKernel>(spec, dtype, hl::parse_target(target), variants_of(spec).back(), schedule);
+std::unique_ptr<CompiledKernel> halide_factory(const NormSpec &spec, DType dtype, const std::string &target, const std::string &schedule,
+                                               Variant variant) {
+    return std::make_unique<hl::JitKernel>(spec, dtype, hl::parse_target(target), variant, schedule);
 }
 
 // The MLIR backend lives in its own executable (MLIR and Halide each carry their own LLVM):

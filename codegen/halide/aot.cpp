@@ -1,7 +1,9 @@
 #include "codegen/halide/aot.h"
 
 #include "codegen/halide/jit.h"
+#include "codegen/halide/schedule_gpu.h"
 #include "codegen/common/manifest.h"
+#include "codegen/common/ptxas.h"
 #include "codegen/common/tuning_db.h"
 #include "codegen/tool/subprocess.h"
 #include "dsl/printer.h"
@@ -118,6 +120,35 @@ CompiledObject compile_halide_kernel(const NormSpec &spec, const KernelPlan &pla
     return c;
 }
 
+json compile_halide_gpu_kernel(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &record, const Target &target,
+                               KernelEntryInfo info, const std::string &out_dir, const std::string &ptxas, std::string &object) {
+    namespace fs = std::filesystem;
+    const bool cuda = target.has_feature(Target::CUDA);
+    const HalfStorage half = half_storage_for(target);
+    LoweredPipeline p = lower_to_halide(spec, plan, record, half);
+    info.schedule = &record;
+    info.schedule_text = schedule_gpu(p, spec, plan, record) + half_storage_text(half);
+    const std::string fn = entry_function_name(spec, plan, info);
+    const std::string prefix = (fs::path(out_dir) / fn).string(), device = fn + (cuda ? ".ptx" : ".cl");
+    Pipeline pipeline = p.pipeline();
+    require_device_stages(pipeline);
+    object = prefix + ".o";
+    pipeline.compile_to({{OutputFileType::object, object}, {OutputFileType::c_header, prefix + ".h"},
+                         {OutputFileType::device_code, (fs::path(out_dir) / device).string()}},
+                        p.arguments(), fn, target);
+    info.header = fn + ".h";
+    json e = manifest_entry(spec, plan, info);
+    if (cuda) {
+        e["ptx"] = device;
+        if (!ptxas.empty()) e["ptxas"] = assemble_ptx(ptxas, (fs::path(out_dir) / device).string(), prefix + ".cubin");
+    } else {
+        e["opencl_source"] = device;
+    }
+    for (DType t : {DType::F16, DType::BF16})
+        if (half.bits(t)) e["bits_storage"].push_back(dtype_name(t));
+    return e;
+}
+
 json compile_halide_kernels(const NormSpec &spec, const AotRequest &req) {
     namespace fs = std::filesystem;
     fs::create_directories(req.out_dir);
@@ -133,8 +164,13 @@ json compile_halide_kernels(const NormSpec &spec, const AotRequest &req) {
         best = TuningDb(req.tuning_dir).best(spec.name, kernel_identity(spec), &notes);
         for (const std::string &n : notes) std::cerr << "normgen: note: " << n << "\n";
     }
+    std::vector<Target> gpu_targets;
     for (const std::string &tname : req.targets) {
         Target t = parse_target(tname).with_feature(Target::NoRuntime).without_feature(Target::JIT);
+        if (is_gpu_target(t)) {
+            gpu_targets.push_back(t);
+            continue;
+        }
         const Isa isa = isa_of(t);
         if (!seen_isa.insert(isa).second) continue;  // e.g. host == x86-64-avx2 on a machine without AVX-512
         if (objects.empty()) first_target = t;
@@ -166,6 +202,25 @@ json compile_halide_kernels(const NormSpec &spec, const AotRequest &req) {
                 }
             }
         }
+    }
+    for (const Target &t : gpu_targets) {
+        if (objects.empty()) first_target = t;
+        for (DType dtype : req.dtypes)
+            for (Variant variant : variants_of(spec)) {
+                KernelPlan plan = make_plan(spec, dtype, variant);
+                const Isa isa = t.has_feature(Target::CUDA) ? Isa::Sm90 : Isa::OpenCl;
+                ScheduleRecord record = choose_schedule(plan, ScheduleKind::HalideGpu, isa, req.gpu_schedule_overrides);
+                KernelEntryInfo info;
+                info.backend = Backend::Halide;
+                info.isa = isa;
+                info.source = req.source;
+                info.target = t.to_string();
+                info.grad_of = req.grad_of;
+                info.library = archive;
+                std::string object;
+                entries.push_back(compile_halide_gpu_kernel(spec, plan, record, t, info, req.out_dir, req.ptxas, object));
+                objects.push_back(object);
+            }
     }
     create_static_library(objects, first_target, (fs::path(req.out_dir) / archive).string());
     return entries;

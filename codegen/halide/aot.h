@@ -24,6 +24,8 @@ struct AotRequest {
     std::string grad_of;                 // the kernels are the backward of this layer (manifest "grad_of")
     std::string tuning_dir;              // also one kernel per schedule this tuning database chose ("" = none)
     std::string streaming_tool;          // normgen-mlir, for schedules with streaming stores ("" = beside this program)
+    std::string ptxas;                   // assembles the CUDA kernels' PTX for sm_90 ("" = not assembled)
+    std::string gpu_schedule_overrides;  // applied to every GPU kernel's halide-gpu record
 };
 
 // One compiled kernel: its object file and what the schedule did, in words.
@@ -46,13 +48,22 @@ void emit_object(Halide::Pipeline pipeline, const std::vector<Halide::Argument> 
                  const std::string &function, const std::vector<std::string> &streaming_outputs, const std::string &streaming_tool,
                  CompiledObject &c);
 
+// Compiles one kernel of a plan for a GPU target (cuda, opencl): the halide-gpu record, every stage
+// on the device; out_dir/<function>.o and .h (host code that launches the device code, which it
+// embeds) and the device code beside them, <function>.ptx (CUDA) or .cl (OpenCL C). Returns the
+// manifest entry: device, "ptx" and, with `ptxas`, the sm_90 cubin's ptxas -v report ("ptxas"),
+// "bits_storage" listing the 16-bit float types its buffers hold as uint16 (half_storage_for).
+nlohmann::json compile_halide_gpu_kernel(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &record, const Halide::Target &target,
+                                         KernelEntryInfo info, const std::string &out_dir, const std::string &ptxas, std::string &object);
+
 // Compiles every kernel of `spec` into out_dir and the archive, and returns the manifest entries
 // (one per kernel, "library" naming the archive). With a tuning database, each (storage type,
 // target, variant) also gets one kernel per distinct schedule the database chose for it on a CPU
 // of the target's ISA (named <default name>__t<tag>, its entry's "tuned" listing the classes it
 // won); a chosen schedule equal to the default marks the default kernel instead. Targets that
 // resolve to the same ISA tag (a host without AVX-512 is "avx2") are compiled once. Variants: "core"
-// (required outputs) always; "full" (optional outputs too) when the layer has optional outputs.
+// (required outputs) always; "full" (optional outputs too) when the layer has optional outputs. A
+// GPU target ("cuda", "opencl": parse_target) gets compile_halide_gpu_kernel's kernels, defaults only.
 nlohmann::json compile_halide_kernels(const NormSpec &spec, const AotRequest &req);
 
 // The Halide runtime shared by all kernels (they are compiled with no_runtime), as an object file.

@@ -1,5 +1,7 @@
 #include "codegen/halide/jit.h"
 
+#include "codegen/halide/schedule_gpu.h"
+#include "runtime/device.h"
 #include "runtime/errors.h"
 #include "runtime/storage.h"
 
@@ -17,9 +19,20 @@ Target parse_target(const std::string &name) {
         return parse_target(name.substr(0, name.size() - tsan.size())).with_feature(Target::TSAN);
     if (name == "host") return get_host_target();
     if (name == "x86-64-avx2") return Target("x86-64-linux-avx-avx2-f16c-fma-sse41");
-    if (!Target::validate_target_string(name)) throw UserError("unknown target '" + name + "' (use host, x86-64-avx2 or a Halide target string)");
-    return Target(name);
+    // The GPU targets of the generated kernels: host code for any x86-64 (the launch code only).
+    if (name == "cuda") return parse_target("x86-64-linux-cuda");
+    if (name == "opencl") return parse_target("x86-64-linux-opencl");
+    if (!Target::validate_target_string(name))
+        throw UserError("unknown target '" + name + "' (use host, x86-64-avx2, host-opencl, host-cuda, cuda, opencl or a Halide target string)");
+    Target t(name);
+    // CUDA without a capability: the highest Halide 21 knows (its PTX assembles for sm_90).
+    if (t.has_feature(Target::CUDA) && t.get_cuda_capability_lower_bound() < 86) t = t.with_feature(Target::CUDACapability86);
+    // OpenCL: doubles allowed (a declaration that accumulates in f64 uses them; PoCL has them).
+    if (t.has_feature(Target::OpenCL)) t = t.with_feature(Target::CLDoubles);
+    return t;
 }
+
+bool is_gpu_target(const Target &t) { return t.has_gpu_feature(); }
 
 Isa isa_of(const Target &t) {
     return t.has_feature(Target::AVX512) ? Isa::Avx512 : Isa::Avx2;
@@ -42,6 +55,7 @@ struct JitKernel::Impl {
     LoweredPipeline lowered;
     Pipeline pipeline;
     Target target;
+    HalfStorage half;
     std::string schedule;
 };
 
@@ -59,6 +73,19 @@ void JitKernel::build(const NormSpec &spec, DType dtype, const Target &target, V
     impl_->spec = spec;
     KernelPlan plan = make_plan(impl_->spec, dtype, variant);
     impl_->types = plan.types;
+    impl_->target = target;
+    if (is_gpu_target(target)) {
+        // A GPU target (host-opencl, host-cuda): the halide-gpu schedule, every stage on the device.
+        impl_->record = choose_schedule(plan, ScheduleKind::HalideGpu, isa_of(target), schedule_overrides);
+        impl_->half = half_storage_for(target);
+        impl_->lowered = lower_to_halide(impl_->spec, plan, impl_->record, impl_->half);
+        impl_->schedule = schedule_gpu(impl_->lowered, impl_->spec, plan, impl_->record);
+        impl_->schedule += half_storage_text(impl_->half);
+        impl_->pipeline = impl_->lowered.pipeline();
+        require_device_stages(impl_->pipeline);
+        impl_->pipeline.compile_jit(target);
+        return;
+    }
     impl_->record = choose_schedule(plan, ScheduleKind::HalideCpu, isa_of(target), schedule_overrides);
     // Streaming stores are an ahead-of-time step (LLVM 22 on Halide's bitcode, aot.h): the JIT runs
     // the rest of the record with ordinary stores, and without their alignment requirement, so
@@ -71,7 +98,6 @@ void JitKernel::build(const NormSpec &spec, DType dtype, const Target &target, V
     if (streaming) lowered_record.set("streaming_stores", 0);
     if (fixed) lowered_record.set("fixed_inner_extent", 0);
     impl_->lowered = lower_to_halide(impl_->spec, plan, lowered_record);
-    impl_->target = target;
     impl_->schedule = schedule_cpu(impl_->lowered, impl_->spec, plan, lowered_record);
     if (streaming) impl_->schedule += "; streaming stores: ahead of time only (normgen compile), ordinary stores here";
     if (fixed) impl_->schedule += "; fixed_inner_extent: ahead of time only, the extent stays dynamic here";
@@ -89,37 +115,43 @@ const ScheduleRecord &JitKernel::schedule() const { return impl_->record; }
 
 namespace {
 
-Buffer<> make_buffer(const NormSpec &spec, const std::vector<AxisId> &dims, const AxisExtents &ext, DType t) {
+Buffer<> make_buffer(const NormSpec &spec, const std::vector<AxisId> &dims, const AxisExtents &ext, DType t, HalfStorage half) {
     std::vector<AxisId> atoms = spec.memory_atoms(dims);
     std::vector<int> sizes;
     for (auto it = atoms.rbegin(); it != atoms.rend(); ++it) sizes.push_back((int)ext.extent[*it]);
-    return Buffer<>(halide_type(t), sizes);
+    return Buffer<>(buffer_type(t, half), sizes);  // (a type as bits: the same bytes in a uint16 buffer)
 }
 
 }  // namespace
 
 TensorMap JitKernel::run(const TensorMap &inputs, const Overrides &axis_overrides) const {
+    // A GPU target needs its device here: without one, one line ("no CUDA device: ...").
+    if (impl_->target.has_feature(Target::CUDA)) require_device(Device::Cuda);
+    if (impl_->target.has_feature(Target::OpenCL)) require_device(Device::OpenCl);
     const NormSpec &spec = impl_->spec;
     AxisExtents ext = bind_axes(spec, inputs, axis_overrides);
     const LoweredPipeline &p = impl_->lowered;
     for (size_t i = 0; i < spec.tensors.size(); ++i) {
         const TensorInfo &t = spec.tensors[i];
         DType d = impl_->types.storage.at(t.name);
-        Buffer<> b = make_buffer(spec, t.dims, ext, d);
+        Buffer<> b = make_buffer(spec, t.dims, ext, d, impl_->half);
         std::vector<uint8_t> bytes = encode(inputs.at(t.name).data, d);
         std::memcpy(b.data(), bytes.data(), std::min(bytes.size(), b.size_in_bytes()));
+        b.set_host_dirty();  // a GPU kernel copies it to the device
         ImageParam(p.inputs[i]).set(b);
     }
     std::vector<Buffer<>> outs;
     for (size_t k = 0; k < p.outputs.size(); ++k) {
         const OutputInfo &o = spec.outputs[p.output_index[k]];
-        Buffer<> b = make_buffer(spec, o.dims, ext, impl_->types.storage.at(o.name));
+        Buffer<> b = make_buffer(spec, o.dims, ext, impl_->types.storage.at(o.name), impl_->half);
         std::memset(b.data(), 0xff, b.size_in_bytes());  // NaN in every float format: unwritten elements fail
+        b.set_host_dirty();  // (on a GPU the poison goes to the device too)
         outs.push_back(b);
     }
     Realization r(outs);
     try {
         impl_->pipeline.realize(r, impl_->target);
+        for (Buffer<> &b : outs) b.copy_to_host();  // a GPU kernel's outputs are on the device
     } catch (const Halide::Error &e) {
         throw std::runtime_error(std::string("Halide: ") + e.what());
     }

@@ -15,8 +15,15 @@
 namespace normgen::hl {
 
 // "host" (this CPU's features), "x86-64-avx2" (the portable AVX2 + FMA + F16C target), or any Halide
-// target string. Never embeds a runtime twice: callers add no_runtime for AOT libraries themselves.
+// target string: "cuda" and "opencl" are any x86-64 host with that GPU (the generated kernels'
+// targets); "host-opencl" and "host-cuda" add a GPU (CUDA without a capability gets
+// cuda_capability_86, the highest Halide 21 knows; its PTX assembles for sm_90; OpenCL gets
+// cl_doubles for declarations that accumulate in f64). Never embeds a
+// runtime twice: callers add no_runtime for AOT libraries themselves.
 Halide::Target parse_target(const std::string &name);
+
+// Whether a target compiles for a GPU (its kernels get the halide-gpu schedule).
+bool is_gpu_target(const Halide::Target &t);
 
 // The instruction set a CPU target compiles for: Avx512 when it has Halide's AVX512 feature.
 Isa isa_of(const Halide::Target &t);

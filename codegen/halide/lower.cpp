@@ -47,15 +47,72 @@ Expr tanh_f32(Expr x) {
     return select(is_nan(x), x, xc * num / den);
 }
 
+// ---- f16 and bf16 as bits (HalfStorage) -----------------------------------------------------------
+
+namespace {
+Expr u32(uint32_t v) { return Halide::Internal::make_const(UInt(32), (uint64_t)v); }
+}  // namespace
+
+Expr f16_bits_to_f32(Expr bits) {
+    Expr b = cast<uint32_t>(bits);
+    Expr sign = (b >> 15) << 31, exp = (b >> 10) & u32(0x1f), mant = b & u32(0x3ff);
+    // Normal: rebias the exponent (15 -> 127) and widen the mantissa; infinity and NaN keep
+    // exponent 255; a subnormal is mant * 2^-24, exact in f32.
+    Expr normal = reinterpret(Float(32), sign | ((exp + u32(112)) << 23) | (mant << 13));
+    Expr special = reinterpret(Float(32), sign | u32(0x7f800000) | (mant << 13));
+    Expr sub = cast<float>(mant) * (1.0f / 16777216.0f);
+    sub = select(sign != u32(0), -sub, sub);
+    return select(exp == u32(0), sub, exp == u32(31), special, normal);
+}
+
+Expr f32_to_f16_bits(Expr f) {
+    Expr u = reinterpret(UInt(32), f);
+    Expr sign = (u >> 16) & u32(0x8000), a = u & u32(0x7fffffff);
+    // NaN (a quiet NaN), infinity, and anything from 65520 up (rounds to infinity).
+    Expr big = select(a > u32(0x7f800000), u32(0x7e00), u32(0x7c00));
+    // Normal halves (2^-14 up): rebias (127 -> 15), round the 13 dropped bits to nearest even.
+    Expr r = a - u32(112u << 23);
+    Expr normal = (r + u32(0xfff) + ((r >> 13) & u32(1))) >> 13;
+    // Subnormal halves: |f| * 2^24 (exact) rounded to an integer, ties to even (Halide's round).
+    Expr subnormal = cast<uint32_t>(round(abs(f) * 16777216.0f));
+    Expr mag = select(a >= u32(0x477ff000), big, a < u32(0x38800000), subnormal, normal);
+    return cast<uint16_t>(sign | mag);
+}
+
+Expr bf16_bits_to_f32(Expr bits) { return reinterpret(Float(32), cast<uint32_t>(bits) << 16); }
+
+Expr f32_to_bf16_bits(Expr f) {
+    Expr u = reinterpret(UInt(32), f);
+    Expr rounded = (u + u32(0x7fff) + ((u >> 16) & u32(1))) >> 16;
+    return cast<uint16_t>(select(is_nan(f), (u >> 16) | u32(0x40), rounded));  // NaN stays a (quiet) NaN
+}
+
+HalfStorage half_storage_for(const Target &t) {
+    HalfStorage h;
+    if (t.has_feature(Target::OpenCL) && !t.has_feature(Target::CLHalf)) h.f16_bits = h.bf16_bits = true;
+    if (t.has_feature(Target::CUDA)) h.bf16_bits = true;
+    return h;
+}
+
+std::string half_storage_text(HalfStorage half) {
+    if (half.f16_bits && half.bf16_bits) return "; f16 and bf16 stored as bits";
+    if (half.f16_bits) return "; f16 stored as bits";
+    if (half.bf16_bits) return "; bf16 stored as bits";
+    return "";
+}
+
+Type buffer_type(DType t, HalfStorage half) { return half.bits(t) ? UInt(16) : halide_type(t); }
+
 namespace {
 
 class Lowerer {
 public:
-    Lowerer(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule)
-        : spec_(spec), types_(plan.types), plan_(plan), welford_lanes_((int)schedule.get("welford_lanes")),
+    Lowerer(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule, HalfStorage half)
+        : spec_(spec), types_(plan.types), plan_(plan), half_(half), welford_lanes_((int)schedule.get("welford_lanes")),
           welford_block_((int)schedule.get("welford_block")), streaming_(streaming_requirement(spec, plan, schedule)),
-          fixed_inner_(schedule.get("fixed_inner_extent")),
-          tables_(schedule.flag("group_vectors") && plan.inner_pair_grouped && plan.main_order.size() >= 2 && !plan.stages.empty() &&
+          fixed_inner_(schedule.kind() == ScheduleKind::HalideCpu ? schedule.get("fixed_inner_extent") : 0),
+          tables_(schedule.kind() == ScheduleKind::HalideCpu && schedule.flag("group_vectors") && plan.inner_pair_grouped &&
+                  plan.main_order.size() >= 2 && !plan.stages.empty() &&
                   !(plan.layout == LayoutClass::Row && schedule.flag("row_in_cache"))) {
         p_.acc = spec.accumulate == DType::F64 ? Float(64) : Float(32);
         if (tables_) {
@@ -74,7 +131,7 @@ public:
             std::vector<Var> args;
             std::vector<AxisId> atoms = spec_.memory_atoms(o.dims);
             for (auto it = atoms.rbegin(); it != atoms.rend(); ++it) args.push_back(p_.vars[*it]);
-            f(args) = cast(halide_type(types_.storage.at(o.name)), call_value(o.value, identity_env()));
+            f(args) = store_as(types_.storage.at(o.name), call_value(o.value, identity_env()));
             for (int k = 0; k < (int)args.size(); ++k) f.output_buffer().dim(k).set_extent(p_.extent[atoms[args.size() - 1 - k]]);
             dense(f.output_buffer());
             if (streaming_.alignment && std::count(streaming_.outputs.begin(), streaming_.outputs.end(), o.name)) {
@@ -97,6 +154,7 @@ private:
     const NormSpec &spec_;
     const KernelTypes &types_;
     const KernelPlan &plan_;
+    const HalfStorage half_;
     // Welford's update is serial; to vectorize it, each reduction runs welford_lanes_ interleaved
     // Welford accumulators (element i goes to lane i mod L) and combines them with Chan et al.'s
     // pairwise formula, after at most welford_block_ serial steps per lane (schedule knobs: they
@@ -188,7 +246,7 @@ private:
         if (fixed_inner_ > 0 && !plan_.main_order.empty()) p_.extent[plan_.main_order.back()] = Expr((int)fixed_inner_);
         for (const TensorInfo &t : spec_.tensors) {
             std::vector<AxisId> atoms = spec_.memory_atoms(t.dims);
-            ImageParam in(halide_type(types_.storage.at(t.name)), (int)atoms.size(), t.name);
+            ImageParam in(buffer_type(types_.storage.at(t.name), half_), (int)atoms.size(), t.name);
             int rank = (int)atoms.size();
             for (int k = 0; k < rank; ++k) {
                 AxisId a = atoms[rank - 1 - k];
@@ -200,6 +258,19 @@ private:
             dense(in);
             p_.inputs.push_back(in);
         }
+    }
+
+    // A stored element as the accumulation type, and a value rounded to a storage type (f16 and
+    // bf16 as bits: converted with integer operations).
+    Expr load_as(DType t, Expr stored) const {
+        if (half_.bits(t) && t == DType::F16) return cast(p_.acc, f16_bits_to_f32(stored));
+        if (half_.bits(t) && t == DType::BF16) return cast(p_.acc, bf16_bits_to_f32(stored));
+        return cast(p_.acc, stored);
+    }
+    Expr store_as(DType t, Expr v) const {
+        if (half_.bits(t) && t == DType::F16) return f32_to_f16_bits(cast<float>(v));
+        if (half_.bits(t) && t == DType::BF16) return f32_to_bf16_bits(cast<float>(v));
+        return cast(halide_type(t), v);
     }
 
     Env identity_env() const {
@@ -250,7 +321,7 @@ private:
                 auto fixed = std::find_if(n.at.begin(), n.at.end(), [&](const auto &f) { return f.first == *it; });
                 coords.push_back(fixed != n.at.end() ? Expr((int)fixed->second) : env.at(*it));
             }
-            return cast(p_.acc, p_.inputs[n.index](coords));
+            return load_as(types_.storage.at(t.name), p_.inputs[n.index](coords));
         }
         case Node::Value: return call_value(n.index, env);
         case Node::Count: return count_of(n.over);
@@ -269,7 +340,12 @@ private:
             // A rounding point: to nearest even in the storage type, then on in the accumulation type.
             // strict_float keeps the value the point rounds: without it, when the type is the
             // accumulation type (an f32 kernel), w * (x * rstd) was reassociated across the point.
-            case UnaryOp::Round: return cast(p_.acc, cast(halide_type(rounding_type(spec_, n, types_.storage)), strict_float(a)));
+            case UnaryOp::Round: {
+                const DType to = rounding_type(spec_, n, types_.storage);
+                if (half_.bits(to) && to == DType::F16) return cast(p_.acc, f16_bits_to_f32(f32_to_f16_bits(strict_float(cast<float>(a)))));
+                if (half_.bits(to) && to == DType::BF16) return cast(p_.acc, bf16_bits_to_f32(f32_to_bf16_bits(strict_float(cast<float>(a)))));
+                return cast(p_.acc, cast(halide_type(to), strict_float(a)));
+            }
             }
             break;
         }
@@ -328,7 +404,7 @@ private:
         Func ks(base + "_shift_sum");
         ks(pv) = cast(p_.acc, 0);
         ks(pv) += operand(env);
-        rf.updates.push_back({ks, r, {inner}, true});
+        rf.updates.push_back({ks, r, {inner}, true, true});
         Func k(base + "_shift");
         k(pv) = ks(pv) / cast(p_.acc, m);
         rf.helpers.push_back(k);
@@ -530,8 +606,8 @@ std::vector<Argument> LoweredPipeline::arguments() const {
     return args;
 }
 
-LoweredPipeline lower_to_halide(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule) {
-    return Lowerer(spec, plan, schedule).run();
+LoweredPipeline lower_to_halide(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule, HalfStorage half) {
+    return Lowerer(spec, plan, schedule, half).run();
 }
 
 }  // namespace normgen::hl

@@ -34,6 +34,7 @@ struct ReductionFuncs {
         Halide::RDom rdom;               // dims innermost first
         std::vector<AxisId> rdom_axes;   // the atomic axis of each RDom dimension
         bool associative = true;         // false for Welford's serial update (no rfactor)
+        bool bounded = false;            // at most 64 elements (a mean's shift): one thread sums it on a GPU
     };
     std::vector<Update> updates;
     std::vector<Halide::Func> helpers;   // other Funcs of this reduction (e.g. Welford's lanes)
@@ -58,9 +59,38 @@ struct LoweredPipeline {
     Halide::Pipeline pipeline() const { return Halide::Pipeline(outputs); }
 };
 
-// The plan's kernel: its storage types and its outputs (the variant's). The schedule record gives
-// the algorithm's free parameters that only reorder sums (Welford's lanes and block length).
-LoweredPipeline lower_to_halide(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule);
+// How f16 and bf16 tensors are stored in the kernel's buffers: as Halide's float16 and bfloat16, or
+// as bits: uint16 buffers holding the same bits, converted to and from f32 with integer operations
+// in the kernel. The values are the same.
+struct HalfStorage {
+    bool f16_bits = false, bf16_bits = false;
+    bool bits(DType t) const { return (t == DType::F16 && f16_bits) || (t == DType::BF16 && bf16_bits); }
+};
+
+// What a target needs: both as bits on OpenCL without the CLHalf feature (PoCL's CPU device has no
+// half type, and Halide refuses a kernel using one, bf16 included); bf16 as bits on CUDA (Halide 21's
+// native bf16 for PTX trips an LLVM assertion, "Invalid cast!"); else native.
+HalfStorage half_storage_for(const Halide::Target &t);
+
+// The plan's kernel: its storage types and its outputs (the variant's). The schedule record (a
+// halide-cpu or halide-gpu one) gives the algorithm's free parameters that only reorder sums
+// (Welford's lanes and block length); halide-cpu's also what the lowering declares for its CPU
+// schedule (streaming stores' alignment, a fixed innermost extent, per-channel tables).
+LoweredPipeline lower_to_halide(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule,
+                                HalfStorage half = HalfStorage{});
+
+// "; f16 and bf16 stored as bits" (or either alone, or "" when neither), for a schedule's description.
+std::string half_storage_text(HalfStorage half);
+
+// The buffer type of a storage type in a kernel lowered with `half` (UInt(16) for a type as bits).
+Halide::Type buffer_type(DType t, HalfStorage half);
+
+// f16 bits (uint16) -> f32, exactly (subnormals, infinities, NaN); f32 -> f16 bits, rounded to
+// nearest even (overflow to infinity, NaN stays NaN). The same for bf16. Integer arithmetic only.
+Halide::Expr f16_bits_to_f32(Halide::Expr bits);
+Halide::Expr f32_to_f16_bits(Halide::Expr f);
+Halide::Expr bf16_bits_to_f32(Halide::Expr bits);
+Halide::Expr f32_to_bf16_bits(Halide::Expr f);
 
 // Vectorizable f32 e^x and tanh(x) in plain arithmetic (Halide calls libm per element for its own
 // exp/tanh of f32): e^x within 3 ulps, tanh within 2.5 x 2^-23 relative, NaN and infinities as

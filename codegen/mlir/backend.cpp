@@ -1,5 +1,9 @@
 #include "codegen/mlir/backend.h"
 
+#include "codegen/common/ptxas.h"
+#include "codegen/mlir/emulate.h"
+#include "runtime/registry.h"
+
 #include "codegen/common/manifest.h"
 #include "codegen/common/tuning_db.h"
 #include "codegen/mlir/lower.h"
@@ -13,6 +17,8 @@
 #include "llvm/Object/ArchiveWriter.h"
 #include "llvm/Support/Error.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -20,7 +26,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <iostream>
 #include <sstream>
 #include <sys/wait.h>
@@ -60,8 +65,8 @@ void check_arg_count(const NormSpec &spec, const KernelPlan &plan) {
 
 class JitKernel : public CompiledKernel {
 public:
-    JitKernel(const NormSpec &spec, DType dtype, const std::string &schedule_overrides)
-        : spec_(spec), plan_(make_plan(spec, dtype, variants_of(spec).back())), types_(plan_.types),
+    JitKernel(const NormSpec &spec, DType dtype, const std::string &schedule_overrides, Variant variant)
+        : spec_(spec), plan_(make_plan(spec, dtype, variant)), types_(plan_.types),
           record_(choose_schedule(plan_, ScheduleKind::MlirCpu, host_isa(), schedule_overrides)) {
         check_arg_count(spec, plan_);
         ctx_ = make_context();
@@ -140,38 +145,11 @@ private:
     mutable std::atomic<uint64_t> calls_{0};
 };
 
-// Runs a command, returning its exit status and combined output.
-int run_command(const std::string &cmd, std::string &output) {
-    FILE *p = popen((cmd + " 2>&1").c_str(), "r");
-    if (!p) return -1;
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) output.append(buf.data(), n);
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-// ptxas -v: "Used 24 registers, used 1 barriers, 1056 bytes smem" and "0 bytes stack frame, 0 bytes
-// spill stores, 0 bytes spill loads".
-json ptxas_stats(const std::string &log) {
-    json j;
-    std::smatch m;
-    auto num = [&](const char *re, const char *key) {
-        if (std::regex_search(log, m, std::regex(re))) j[key] = std::stoll(m[1]);
-        else j[key] = 0;
-    };
-    num("Used ([0-9]+) registers", "registers");
-    num("([0-9]+) bytes spill stores", "spill_stores");
-    num("([0-9]+) bytes spill loads", "spill_loads");
-    num("([0-9]+) bytes stack frame", "stack_frame");
-    num("([0-9]+) bytes smem", "shared_bytes");
-    return j;
-}
-
 }  // namespace
 
-std::unique_ptr<CompiledKernel> make_jit_kernel(const NormSpec &spec, DType dtype, const std::string &schedule_overrides) {
-    return std::make_unique<JitKernel>(spec, dtype, schedule_overrides);
+std::unique_ptr<CompiledKernel> make_jit_kernel(const NormSpec &spec, DType dtype, const std::string &schedule_overrides,
+                                                std::optional<Variant> variant) {
+    return std::make_unique<JitKernel>(spec, dtype, schedule_overrides, variant.value_or(variants_of(spec).back()));
 }
 
 // One static library of object files (GNU format, deterministic, with a symbol table).
@@ -262,58 +240,115 @@ json compile_kernels(const NormSpec &spec, const AotRequest &req) {
                 std::string ptx_path = (fs::path(req.out_dir) / (fn + ".ptx")).string();
                 std::string cubin_path = (fs::path(req.out_dir) / (fn + ".cubin")).string();
                 write_file_atomically(ptx_path, ptx);
-                std::string ptxas = (fs::path(req.cuda_root) / "bin" / "ptxas").string();
-                std::string log;
-                int rc = run_command(shell_quote(ptxas) + " -arch=sm_90 -v " + shell_quote(ptx_path) + " -o " + shell_quote(cubin_path + ".tmp"), log);
-                if (rc != 0) throw std::runtime_error("ptxas rejected " + ptx_path + " (exit " + std::to_string(rc) + "):\n" + log);
-                fs::rename(cubin_path + ".tmp", cubin_path);
-                KernelEntryInfo info;
-                info.backend = Backend::Mlir;
-                info.isa = Isa::Sm90;
-                info.source = req.source;
-                info.target = "cuda sm_90 (PTX ISA 8.0)";
-                info.schedule = &record;
-                info.grad_of = req.grad_of;
-                info.schedule_text = "one block of " + std::to_string(cplan.block_threads) + " threads per " + spec.axes_text(cplan.block_axes) +
-                                     "; per-thread partials + gpu.all_reduce";
-                if (!cplan.column_outputs.empty()) {
-                    info.schedule_text = "two kernels: one block of " + std::to_string(cplan.block_threads) + " threads per block of rows " +
-                                         spec.axes_text(cplan.row_axes) + " (at most " + std::to_string(cplan.column_blocks) +
-                                         " blocks; per-row statistics by gpu.all_reduce";
-                    if (!cplan.statistics.empty()) info.schedule_text += ", those that keep more axes held per block in scratch";
-                    info.schedule_text += ", per-block partial sums of the column outputs), then a final reduce over the blocks";
-                }
-                info.library = fn + ".cubin";
-                json e = manifest_entry(spec, plan, info);
-                e["ptx"] = fn + ".ptx";
-                e["cubin"] = fn + ".cubin";
-                e["entry"] = fn;
-                e["block_threads"] = cplan.block_threads;
-                e["grid_axes"] = axis_names_json(spec, cplan.block_axes);
-                e["extent_axes"] = axis_names_json(spec, cplan.extent_axes);
-                if (!cplan.column_outputs.empty()) {
-                    // The two-kernel form (lower.h CudaPlan): the launcher allocates the partials,
-                    // runs `entry` on min(rows, column_blocks) blocks, then `final_entry`.
-                    e["final_entry"] = fn + "_final";
-                    e["row_axes"] = axis_names_json(spec, cplan.row_axes);
-                    e["column_blocks"] = cplan.column_blocks;
-                    json scratch = json::array();
-                    for (int o : cplan.column_outputs) {
-                        std::vector<AxisId> kept = spec.memory_atoms(spec.outputs[o].dims);
-                        scratch.push_back({{"output", spec.outputs[o].name}, {"axes", axis_names_json(spec, kept)},
-                                           {"dtype", dtype_name(spec.accumulate)}});
-                    }
-                    for (const CudaPlan::Statistic &st : cplan.statistics)  // after the partials, as the kernels take them
-                        scratch.push_back({{"statistic", st.name}, {"axes", axis_names_json(spec, st.axes)}, {"dtype", dtype_name(spec.accumulate)}});
-                    e["scratch"] = scratch;
-                }
-                e["ptxas"] = ptxas_stats(log);
+                const json ptxas = assemble_ptx((fs::path(req.cuda_root) / "bin" / "ptxas").string(), ptx_path, cubin_path);
+                json e = cuda_manifest_entry(spec, plan, cplan, record, fn, req.source, req.grad_of);
+                e["ptxas"] = ptxas;
                 entries.push_back(e);
             }
         }
     }
     if (req.cpu) write_archive(objects, (fs::path(req.out_dir) / archive).string());
     return entries;
+}
+
+json cuda_manifest_entry(const NormSpec &spec, const KernelPlan &plan, const CudaPlan &cplan, const ScheduleRecord &record, const std::string &fn,
+                         const std::string &source, const std::string &grad_of) {
+    KernelEntryInfo info;
+    info.backend = Backend::Mlir;
+    info.isa = Isa::Sm90;
+    info.source = source;
+    info.target = "cuda sm_90 (PTX ISA 8.0)";
+    info.schedule = &record;
+    info.grad_of = grad_of;
+    info.schedule_text = "one block of " + std::to_string(cplan.block_threads) + " threads per " + spec.axes_text(cplan.block_axes) +
+                         "; per-thread partials + gpu.all_reduce";
+    if (!cplan.column_outputs.empty()) {
+        info.schedule_text = "two kernels: one block of " + std::to_string(cplan.block_threads) + " threads per block of rows " +
+                             spec.axes_text(cplan.row_axes) + " (at most " + std::to_string(cplan.column_blocks) +
+                             " blocks; per-row statistics by gpu.all_reduce";
+        if (!cplan.statistics.empty()) info.schedule_text += ", those that keep more axes held per block in scratch";
+        info.schedule_text += ", per-block partial sums of the column outputs), then a final reduce over the blocks";
+    }
+    info.library = fn + ".cubin";
+    json e = manifest_entry(spec, plan, info);
+    e["ptx"] = fn + ".ptx";
+    e["cubin"] = fn + ".cubin";
+    e["entry"] = fn;
+    e["block_threads"] = cplan.block_threads;
+    e["grid_axes"] = axis_names_json(spec, cplan.block_axes);
+    e["extent_axes"] = axis_names_json(spec, cplan.extent_axes);
+    if (!cplan.column_outputs.empty()) {
+        // The two-kernel form (lower.h CudaPlan): the launcher allocates the partials, runs `entry`
+        // on min(rows, column_blocks) blocks, then `final_entry`.
+        e["final_entry"] = fn + "_final";
+        e["row_axes"] = axis_names_json(spec, cplan.row_axes);
+        e["column_blocks"] = cplan.column_blocks;
+        json scratch = json::array();
+        for (int o : cplan.column_outputs) {
+            std::vector<AxisId> kept = spec.memory_atoms(spec.outputs[o].dims);
+            scratch.push_back({{"output", spec.outputs[o].name}, {"axes", axis_names_json(spec, kept)}, {"dtype", dtype_name(spec.accumulate)}});
+        }
+        for (const CudaPlan::Statistic &st : cplan.statistics)  // after the partials, as the kernels take them
+            scratch.push_back({{"statistic", st.name}, {"axes", axis_names_json(spec, st.axes)}, {"dtype", dtype_name(spec.accumulate)}});
+        e["scratch"] = scratch;
+    }
+    return e;
+}
+
+namespace {
+
+// The mlir-cuda kernel of a plan on EmulatedGpu: its manifest entry as the build writes it, read
+// back by the registry, launched by the CUDA launcher the device uses (CudaKernelRunner).
+class EmulatedCudaKernel : public CompiledKernel {
+public:
+    EmulatedCudaKernel(const NormSpec &spec, DType dtype, const std::string &schedule_overrides, Variant variant) {
+        const KernelPlan plan = make_plan(spec, dtype, variant);
+        if (!plan.cuda_refusal.empty()) throw UserError(plan.cuda_refusal);
+        const ScheduleRecord record = choose_schedule(plan, ScheduleKind::MlirCuda, Isa::Sm90, schedule_overrides);
+        record_ = record.to_json().dump();
+        const CudaPlan cplan = cuda_plan(spec, plan, record);
+        const std::string fn = kernel_function_name(spec.name, dtype, Backend::Mlir, Isa::Sm90, variant);
+        ctx_ = make_context();
+        module_ = lower_cuda(*ctx_, spec, plan, cplan, fn);
+        json entry = cuda_manifest_entry(spec, plan, cplan, record, fn, spec.name + ".norm", "");
+        text_ = entry["schedule_text"].get<std::string>() + "; emulated on the CPU (the gpu dialect, a fiber per thread)";
+        // The registry reads the entry as it reads the build's manifest.
+        dir_ = fs::temp_directory_path() / ("normgen_emulated_" + std::to_string(::getpid()) + "_" + fn);
+        fs::create_directories(dir_);
+        const std::string manifest = (dir_ / "manifest.json").string();
+        write_manifest(json::array({entry}), manifest);
+        registry_ = std::make_unique<Registry>(Registry::load(manifest, nullptr, 0));
+        gpu_ = std::make_unique<EmulatedGpu>(*module_);
+        runner_ = std::make_unique<CudaKernelRunner>(*gpu_, *registry_->find(fn), dir_.string());
+        storage_ = registry_->find(fn)->storage();
+        for (const OutputInfo &o : spec.outputs)
+            if (!storage_.count(o.name)) storage_[o.name] = DType::F32;
+    }
+    ~EmulatedCudaKernel() override {
+        std::error_code ec;
+        fs::remove_all(dir_, ec);
+    }
+    TensorMap run(const TensorMap &inputs, const Overrides &axes) const override { return runner_->run_f64(inputs, axes); }
+    StorageMap storage() const override { return storage_; }
+    std::string schedule_record() const override { return record_; }
+    std::string schedule_text() const override { return text_; }
+
+private:
+    std::unique_ptr<mlir::MLIRContext> ctx_;
+    mlir::OwningOpRef<mlir::ModuleOp> module_;
+    fs::path dir_;
+    std::unique_ptr<Registry> registry_;
+    std::unique_ptr<EmulatedGpu> gpu_;
+    std::unique_ptr<CudaKernelRunner> runner_;
+    StorageMap storage_;
+    std::string record_, text_;
+};
+
+}  // namespace
+
+std::unique_ptr<CompiledKernel> make_emulated_cuda_kernel(const NormSpec &spec, DType dtype, const std::string &schedule_overrides,
+                                                          Variant variant) {
+    return std::make_unique<EmulatedCudaKernel>(spec, dtype, schedule_overrides, variant);
 }
 
 void explain(const NormSpec &spec, DType dtype, const std::string &stage, const std::string &cuda_root, bool locations, std::ostream &os,

@@ -33,9 +33,13 @@ const char *kUsage = R"(normgen-mlir - the MLIR backend of normgen (usually run 
 
 usage:
   normgen-mlir verify FILE... [--dtype f32,bf16,f16|all] [--quick] [--json] [--seed N] [--failures] [--grad]
+                       [--target host|cuda-emulated] [--variant core|full]
         Lower each declaration through the CPU pipeline (linalg -> loops -> LLVM, this host),
         JIT it and check it against the float64 reference on the verifier's shape sweep.
         --grad: the backward of each declaration instead (as `normgen verify --grad`).
+        --target cuda-emulated: the mlir-cuda kernel's gpu-dialect module run on this CPU, a
+        fiber per GPU thread, barriers honoured, launched by the CUDA launcher (not the NVVM
+        lowering, not GPU speed: scripts/gpu.sh on a GPU).
   normgen-mlir explain FILE [--stage linalg|loops|vector|llvm|gpu|nvvm|ptx] [--dtype f32|bf16|f16] [--locations]
                        [--schedule S]
         Print the stages of the pipelines (default: linalg, loops, llvm); --locations: each op's
@@ -65,8 +69,10 @@ options:
   --cuda-root DIR   the CUDA toolkit (libdevice, ptxas)
 )";
 
-std::unique_ptr<CompiledKernel> mlir_factory(const NormSpec &spec, DType dtype, const std::string &, const std::string &schedule) {
-    return mlirgen::make_jit_kernel(spec, dtype, schedule);
+std::unique_ptr<CompiledKernel> mlir_factory(const NormSpec &spec, DType dtype, const std::string &target, const std::string &schedule,
+                                             Variant variant) {
+    if (target == "cuda-emulated") return mlirgen::make_emulated_cuda_kernel(spec, dtype, schedule, variant);
+    return mlirgen::make_jit_kernel(spec, dtype, schedule, variant);
 }
 
 std::string cuda_root_from(std::vector<std::string> &args) {

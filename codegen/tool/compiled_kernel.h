@@ -3,6 +3,7 @@
 // `normgen-mlir`; they never share a process).
 #pragma once
 
+#include "runtime/manifest_schema.h"
 #include "runtime/reference/interpreter.h"
 #include "runtime/verify.h"
 
@@ -24,10 +25,11 @@ public:
     virtual std::string schedule_text() const = 0;
 };
 
-// Compiles the kernel of a declaration (with its optional outputs) for a storage type and a target
-// under the given schedule overrides ('knob=value,...' or a JSON file; "" = the defaults), or throws
-// with the reason. Constants are taken from `spec` (the caller applies --set to a copy).
-using KernelFactory =
-    std::function<std::unique_ptr<CompiledKernel>(const NormSpec &spec, DType dtype, const std::string &target, const std::string &schedule)>;
+// Compiles the kernel of a declaration (its `variant`: core, or full with the optional outputs) for
+// a storage type and a target under the given schedule overrides ('knob=value,...' or a JSON file;
+// "" = the defaults), or throws with the reason. Constants are taken from `spec` (the caller
+// applies --set to a copy).
+using KernelFactory = std::function<std::unique_ptr<CompiledKernel>(const NormSpec &spec, DType dtype, const std::string &target,
+                                                                    const std::string &schedule, Variant variant)>;
 
 }  // namespace normgen

@@ -51,6 +51,10 @@ VerifyArgs parse_verify_args(const std::vector<std::string> &args) {
         else if (a == "--schedule") v.schedule = value("--schedule");
         else if (a == "--json") v.json = true;
         else if (a == "--quick") v.quick = true;
+        else if (a == "--variant") {
+            v.variant = value("--variant");
+            if (v.variant != "core" && v.variant != "full") throw Usage("--variant: give core or full, not '" + v.variant + "'");
+        }
         else if (a == "--failures") v.failures_only = true;
         else if (a == "--grad") v.grad = true;
         else if (a == "--seed") {
@@ -61,11 +65,12 @@ VerifyArgs parse_verify_args(const std::vector<std::string> &args) {
     if (v.files.empty()) throw Usage("verify: give at least one .norm file");
     if (v.backend != "halide" && v.backend != "mlir") throw Usage("verify: unknown backend '" + v.backend + "' (available: halide, mlir)");
     if (v.backend == "mlir") {
-        // The MLIR CPU kernels are built for this host (mlir-cpu); CUDA kernels are verified on a GPU
-        // by normgen-cuda-verify.
+        // The MLIR CPU kernels are built for this host (mlir-cpu); the mlir-cuda kernels run here
+        // emulated (cuda-emulated), on a GPU by normgen-cuda (the device pack).
         if (!v.targets_given) v.targets = {"host"};
         for (const std::string &t : v.targets)
-            if (t != "host") throw Usage("verify: the mlir backend verifies target 'host' (mlir-cpu) here, not '" + t + "'");
+            if (t != "host" && t != "cuda-emulated")
+                throw Usage("verify: the mlir backend verifies target 'host' (mlir-cpu) or 'cuda-emulated' (mlir-cuda on this CPU) here, not '" + t + "'");
     }
     if (v.targets.empty()) throw Usage("--target: give at least one target");
     return v;
@@ -96,6 +101,9 @@ GenerateArgs parse_generate_args(const std::vector<std::string> &args, const std
                 if (!parse_variant(v)) throw Usage("--variants: '" + v + "' is not core or full");
         }
         else if (a == "--streaming-tool" && takes(a)) g.streaming_tool = value();
+        else if (a == "--ptxas" && takes(a)) g.ptxas = value();
+        else if (a == "--gpu-schedule" && takes(a)) g.gpu_schedule = value();
+        else if (a == "--device" && takes(a)) g.device = value();
         else if (a == "--target" && takes(a)) g.targets = split_list(value());
         else if (a == "--cuda-schedule" && takes(a)) g.cuda_schedule = value();
         else if (a == "--no-cpu" && takes(a)) g.cpu = false;

@@ -32,6 +32,7 @@ struct VerifyArgs {
     bool quick = false;
     bool failures_only = false;
     bool grad = false;  // --grad: verify the backward of each declaration (dsl/grad.h)
+    std::string variant = "full";  // --variant core|full: the kernel without or with the optional outputs
     uint64_t seed = 0;
     std::string schedule;  // --schedule: overrides of every kernel's schedule record ("" = defaults)
 };
@@ -43,6 +44,9 @@ struct GenerateArgs {
     std::string out, fragment, manifest, table, source, archive, schedule, cuda_schedule;
     std::string tuning;          // --tuning DIR: also one kernel per schedule its database chose (tuning_db.h)
     std::string streaming_tool;  // --streaming-tool PATH: normgen-mlir, for kernels with streaming stores
+    std::string ptxas;           // --ptxas PATH: assembles the Halide CUDA kernels' PTX for sm_90 (none: not assembled)
+    std::string gpu_schedule;    // --gpu-schedule KNOBS: overrides of the halide-gpu records
+    std::string device;          // merge --device cuda: only the kernels of that device (the device pack's manifest)
     std::vector<std::string> variants;  // --variants core,full: only these (default: every variant of the declaration)
     std::vector<DType> dtypes{DType::F32, DType::BF16, DType::F16};
     std::vector<std::string> targets{"host", "x86-64-avx2"};

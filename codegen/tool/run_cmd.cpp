@@ -3,6 +3,7 @@
 #include "codegen/common/kernel_plan.h"
 #include "codegen/tool/options.h"
 #include "dsl/checker.h"
+#include "runtime/device.h"
 #include "runtime/errors.h"
 #include "runtime/npy.h"
 
@@ -37,6 +38,12 @@ RunArgs parse_run_args(const std::vector<std::string> &args) {
         else if (a == "--out" || a == "-o") r.out_dir = value("--out");
         else if (a == "--backend") r.backend = value("--backend");
         else if (a == "--target") r.target = value("--target");
+        else if (a == "--device") {
+            const std::string d = value("--device");
+            auto dev = parse_device(d);
+            if (!dev) throw Usage("run: --device takes cpu, cuda or opencl, not '" + d + "'");
+            r.device = *dev;
+        }
         else if (a == "--dtype") {
             std::vector<DType> d = parse_dtypes(value("--dtype"));
             if (d.size() != 1) throw Usage("run: --dtype takes one storage type");
@@ -52,6 +59,17 @@ RunArgs parse_run_args(const std::vector<std::string> &args) {
         else if (r.file.empty()) r.file = a;
         else throw Usage("run: one .norm file at a time (got '" + r.file + "' and '" + a + "')");
     }
+    if (r.device != Device::Cpu) {
+        // A GPU: Halide's GPU schedule, compiled for that device (the mlir-cuda kernels run through
+        // normgen-cuda on a machine with the GPU).
+        bool backend_given = false, target_given = false;
+        for (const std::string &a : args) backend_given |= a == "--backend", target_given |= a == "--target";
+        if (backend_given && r.backend != "halide")
+            throw Usage("run: --device " + std::string(device_name(r.device)) + " runs the halide backend's GPU kernel, not --backend " + r.backend);
+        if (target_given) throw Usage("run: give --device or --target, not both (--device cuda is --target host-cuda)");
+        r.backend = "halide";
+        r.target = r.device == Device::Cuda ? "host-cuda" : "host-opencl";
+    }
     if (r.file.empty()) throw Usage("run: give a .norm file");
     if (r.out_dir.empty()) throw Usage("run: give --out DIR");
     return r;
@@ -59,6 +77,7 @@ RunArgs parse_run_args(const std::vector<std::string> &args) {
 
 int cmd_run(const RunArgs &r, const KernelFactory *make) {
     NormSpec spec = load_norm_file(r.file);
+    require_device(r.device);  // "no CUDA device: ...", before anything is compiled or written
     TensorMap inputs;
     for (const auto &[name, path] : r.ins) {
         if (!spec.find_tensor(name)) {
@@ -89,7 +108,7 @@ int cmd_run(const RunArgs &r, const KernelFactory *make) {
             if (!is_const) axes[name] = v;
         }
         bind_axes(spec, inputs, axes);  // refuse a bad call before compiling
-        std::unique_ptr<CompiledKernel> k = (*make)(compiled, r.dtype, r.target, r.schedule);
+        std::unique_ptr<CompiledKernel> k = (*make)(compiled, r.dtype, r.target, r.schedule, variants_of(compiled).back());
         outputs = k->run(inputs, axes);  // inputs are rounded to the storage types on the way in
     }
     std::error_code ec;

@@ -12,6 +12,7 @@ namespace normgen {
 
 struct RunArgs {
     std::string file, out_dir, backend = "reference", target = "host", schedule;
+    Device device = Device::Cpu;  // --device cuda|opencl: the Halide GPU kernel on that device (target host-cuda / host-opencl)
     DType dtype = DType::F32;
     std::vector<std::pair<std::string, std::string>> ins;  // name, .npy path
     Overrides overrides;                                    // --set NAME=VALUE (consts and axes)

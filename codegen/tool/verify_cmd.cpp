@@ -1,5 +1,7 @@
 #include "codegen/tool/verify_cmd.h"
 
+#include "codegen/common/kernel_plan.h"
+
 #include "dsl/checker.h"
 #include "dsl/grad.h"
 #include "runtime/errors.h"
@@ -41,11 +43,10 @@ int cmd_verify(const VerifyArgs &v, const KernelFactory &make) {
         const NormSpec forward = load_norm_file(file);
         const NormSpec spec = v.grad ? differentiate(forward).spec : forward;
         std::vector<VerifyShape> shapes = verify_shapes(forward);
-        if (v.quick) {  // a spread of the sweep: every fourth shape
-            std::vector<VerifyShape> some;
-            for (size_t i = 0; i < shapes.size(); i += 4) some.push_back(shapes[i]);
-            shapes = some;
-        }
+        if (v.quick) shapes = quick_shapes(shapes);  // a spread of the sweep
+        // The full variant (optional outputs too) unless --variant core; a layer without optional
+        // outputs has only its core kernel.
+        const Variant variant = v.variant == "core" ? Variant::Core : variants_of(spec).back();
         for (DType dtype : v.dtypes) {
             bool allowed = dtype == DType::F32;
             for (const StorageGroup &g : spec.storage)
@@ -64,7 +65,7 @@ int cmd_verify(const VerifyArgs &v, const KernelFactory &make) {
                              tty ? "...\r" : "\n");
                 std::fflush(stderr);
                 try {
-                    kernels.push_back(make(spec, dtype, target_name, v.schedule));
+                    kernels.push_back(make(spec, dtype, target_name, v.schedule, variant));
                 } catch (const std::exception &e) {
                     // A kernel that does not compile is a failed row, not the end of the run.
                     Row r;

@@ -76,9 +76,9 @@ TEST_CASE("every generated kernel verifies through the registry", "[aot][verify]
             // vector) runs the calls it takes; the others (odd rows) go where a program's would,
             // to Registry::select_for's choice, which must not be this kernel and must pass too.
             int fallbacks = 0;
-            KernelFn fn = [k, &fallbacks](const TensorMap &in, const Overrides &) {
-                const AxisExtents ext = bind_axes(*k->spec, in);
-                if (k->refuses({}, ext).empty()) return run_kernel_f64(*k, in);
+            KernelFn fn = [k, &fallbacks](const TensorMap &in, const Overrides &ov) {
+                const AxisExtents ext = bind_axes(*k->spec, in, ov);
+                if (k->refuses({}, ext).empty()) return run_kernel_f64(*k, in, ov);
                 std::map<std::string, int64_t> sizes;
                 for (size_t a = 0; a < k->spec->axes.size(); ++a)
                     if (!k->spec->axes[a].is_split() && !k->spec->axes[a].fixed_extent) sizes[k->spec->axes[a].name] = ext.extent[a];
@@ -86,7 +86,7 @@ TEST_CASE("every generated kernel verifies through the registry", "[aot][verify]
                 REQUIRE(s.kernel);
                 REQUIRE(s.kernel != k);
                 ++fallbacks;
-                return run_kernel_f64(*s.kernel, in);
+                return run_kernel_f64(*s.kernel, in, ov);
             };
             auto verify = [&](const VerifyShape &shape, uint64_t shape_seed) {
                 CaseResult c = verify_case(*k->spec, storage, {fn}, shape, shape_seed, inputs, grad).front();
@@ -136,8 +136,8 @@ TEST_CASE("Halide and MLIR kernels of every catalog layer agree with each other 
             REQUIRE(m);
             StorageMap storage;
             for (const KernelArg &a : h->args) storage[a.name] = a.dtype;
-            KernelFn fh = [h](const TensorMap &in, const Overrides &) { return run_kernel_f64(*h, in); };
-            KernelFn fm = [m](const TensorMap &in, const Overrides &) { return run_kernel_f64(*m, in); };
+            KernelFn fh = [h](const TensorMap &in, const Overrides &ov) { return run_kernel_f64(*h, in, ov); };
+            KernelFn fm = [m](const TensorMap &in, const Overrides &ov) { return run_kernel_f64(*m, in, ov); };
             const bool grad = !h->grad_of.empty();
             const std::shared_ptr<const NormSpec> forward = grad ? registry().spec(h->grad_of) : h->spec;
             REQUIRE(forward);

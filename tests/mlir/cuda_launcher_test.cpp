@@ -38,7 +38,7 @@ TEST_CASE("a missing CUDA driver is reported by name, not a crash", "[cuda]") {
         FAIL("a driver loaded from a path that does not exist");
     } catch (const CudaUnavailable &e) {
         std::string m = e.what();
-        CHECK(m.find("no CUDA driver") != std::string::npos);
+        CHECK(m.rfind("no CUDA device: cannot load the CUDA driver", 0) == 0);
         CHECK(m.find("/nonexistent/libcuda.so.1") != std::string::npos);
     }
 }
@@ -61,9 +61,8 @@ TEST_CASE("every catalog layer has sm_90 kernels for every storage type, assembl
     std::set<std::string> layers;
     for (const Registry::Kernel *k : reg.kernels()) {
         if (k->grad_of.empty()) layers.insert(k->layer);
-        if (k->device != Device::Cuda) continue;
+        if (k->device != Device::Cuda || k->backend != Backend::Mlir) continue;  // (Halide's: tests/runtime/kernels/device_test.cpp)
         INFO(k->function);
-        CHECK(k->backend == Backend::Mlir);
         CHECK(std::filesystem::exists(dir + "/" + k->cuda.image));
         CHECK(std::filesystem::exists(dir + "/" + k->cuda.ptx));
         CHECK(k->cuda.registers > 0);
@@ -91,7 +90,7 @@ TEST_CASE("every backward has sm_90 kernels: the two-kernel form names its parti
     for (const Registry::Kernel *k : reg.kernels()) {
         if (k->grad_of.empty()) continue;
         grads.insert(k->layer);
-        if (k->device != Device::Cuda) continue;
+        if (k->device != Device::Cuda || k->backend != Backend::Mlir) continue;
         INFO(k->function);
         cuda.insert(k->layer);
         if (k->cuda.final_entry.empty()) continue;
