@@ -206,6 +206,11 @@ std::vector<bench::GridCase> pack_cases(const Registry &reg, const Options &o) {
         for (bench::GridCase c : grid) {
             if (c.dram || !layers.count(c.layer) || (!o.layer.empty() && c.layer != o.layer)) continue;
             if (o.quick && (c.model != "llama3-8b" || (c.layer != "layer_norm" && c.layer != "rms_norm"))) continue;
+            // The grid names the free axes only; the kernels take every atomic axis, a fixed one
+            // (GroupNorm's g = 32) at its declared extent.
+            if (const std::shared_ptr<const NormSpec> spec = reg.spec(c.layer))
+                for (const Axis &ax : spec->axes)
+                    if (!ax.is_split() && ax.fixed_extent && !c.sizes.count(ax.name)) c.sizes[ax.name] = *ax.fixed_extent;
             for (DType t : {DType::F32, DType::BF16}) {
                 c.dtype = t;
                 const std::string name = c.grad ? c.layer + "_grad" : c.layer;
@@ -224,14 +229,17 @@ json case_json(const bench::GridCase &c, double bytes) {
             {"model", c.model}, {"dtype", dtype_name(c.dtype)}, {"shape", c.shape}, {"sizes", c.sizes}, {"bytes", bytes}};
 }
 
+// Bytes of one argument at the case's sizes (atomic axes by name).
+size_t arg_bytes(const KernelArg &a, const std::map<std::string, int64_t> &sizes) {
+    size_t n = dtype_size(a.dtype);
+    for (const std::string &d : a.buffer_dims) n *= (size_t)sizes.at(d);
+    return n;
+}
+
 // Bytes a call moves at least: every argument read or written once.
 double case_bytes(const Registry::Kernel &k, const std::map<std::string, int64_t> &sizes) {
     double b = 0;
-    for (const KernelArg &a : k.args) {
-        double n = 1;
-        for (const std::string &d : a.buffer_dims) n *= sizes.count(d) ? sizes.at(d) : 1;
-        b += n * dtype_size(a.dtype);
-    }
+    for (const KernelArg &a : k.args) b += (double)arg_bytes(a, sizes);
     return b;
 }
 
@@ -322,31 +330,24 @@ int cmd_bench(const Options &o, const Registry &reg, const std::string &dir) {
             try {
                 // Inputs: a constant (0x3c3c... : about 0.01 in f32 and bf16); its values do not
                 // change the kernel's work. Outputs are written over.
-                std::vector<uint64_t> ptrs;
-                for (const KernelArg &a : k->args) {
-                    double n = 1;
-                    for (const std::string &d : a.buffer_dims) n *= c.sizes.count(d) ? c.sizes.at(d) : 1;
-                    const size_t nb = (size_t)n * dtype_size(a.dtype);
-                    ptrs.push_back(drv->alloc(nb));
-                    drv->fill(ptrs.back(), 0x3c, nb);
-                }
                 double ms = 0;
                 if (k->backend == Backend::Halide) {
-                    HalideOnDevice h(*k, ptrs, c.sizes);
-                    ms = time_calls(*drv, [&] { h.call(); }, o.reps);
-                } else {
-                    std::map<std::string, std::vector<uint8_t>> host;  // the launcher uploads its own copies
+                    std::vector<uint64_t> ptrs;
                     for (const KernelArg &a : k->args) {
-                        double n = 1;
-                        for (const std::string &d : a.buffer_dims) n *= c.sizes.count(d) ? c.sizes.at(d) : 1;
-                        host[a.name].assign((size_t)n * dtype_size(a.dtype), 0x3c);
+                        ptrs.push_back(drv->alloc(arg_bytes(a, c.sizes)));
+                        drv->fill(ptrs.back(), 0x3c, arg_bytes(a, c.sizes));
+                    }
+                    {
+                        HalideOnDevice h(*k, ptrs, c.sizes);
+                        ms = time_calls(*drv, [&] { h.call(); }, o.reps);
                     }
                     for (uint64_t p : ptrs) drv->free(p);
-                    ptrs.clear();
+                } else {
+                    std::map<std::string, std::vector<uint8_t>> host;  // the launcher uploads its own copies
+                    for (const KernelArg &a : k->args) host[a.name].assign(arg_bytes(a, c.sizes), 0x3c);
                     CudaKernelRunner runner(*drv, *k, dir);
                     ms = runner.time(host, c.sizes, o.reps, 20);
                 }
-                for (uint64_t p : ptrs) drv->free(p);
                 m["us"] = ms * 1e3;
                 m["GBps"] = bytes / (ms * 1e-3) / 1e9;
                 m["copy_frac"] = m["GBps"].get<double>() / copy_gbps;

@@ -1,6 +1,7 @@
 #include "codegen/common/manifest.h"
 
 #include "codegen/common/kernel_plan.h"
+#include "runtime/manifest_schema.h"
 #include "dsl/printer.h"
 #include "runtime/mlir_abi.h"
 
@@ -163,8 +164,7 @@ void write_kernel_table(const json &entries, const std::string &path) {
 
 void merge_manifests(const std::vector<std::string> &inputs, const std::string &manifest_path, const std::string &table_path,
                      const std::string &device) {
-    if (!device.empty() && device != "cpu" && device != "cuda" && device != "opencl")
-        throw UserError("merge: --device '" + device + "': give cpu, cuda or opencl");
+    if (!device.empty() && !parse_device(device)) throw UserError("merge: --device '" + device + "': give cpu, cuda or opencl");
     namespace fs = std::filesystem;
     const fs::path out_dir = fs::absolute(fs::path(manifest_path)).parent_path();
     json all = json::array();

@@ -28,6 +28,7 @@ std::pair<std::string, std::string> split_assignment(const std::string &arg, con
 
 RunArgs parse_run_args(const std::vector<std::string> &args) {
     RunArgs r;
+    bool backend_given = false, target_given = false;  // (--device picks both)
     for (size_t i = 0; i < args.size(); ++i) {
         const std::string &a = args[i];
         auto value = [&](const char *flag) -> std::string {
@@ -36,8 +37,8 @@ RunArgs parse_run_args(const std::vector<std::string> &args) {
         };
         if (a == "--in") r.ins.push_back(split_assignment(value("--in"), "--in"));
         else if (a == "--out" || a == "-o") r.out_dir = value("--out");
-        else if (a == "--backend") r.backend = value("--backend");
-        else if (a == "--target") r.target = value("--target");
+        else if (a == "--backend") r.backend = value("--backend"), backend_given = true;
+        else if (a == "--target") r.target = value("--target"), target_given = true;
         else if (a == "--device") {
             const std::string d = value("--device");
             auto dev = parse_device(d);
@@ -62,8 +63,6 @@ RunArgs parse_run_args(const std::vector<std::string> &args) {
     if (r.device != Device::Cpu) {
         // A GPU: Halide's GPU schedule, compiled for that device (the mlir-cuda kernels run through
         // normgen-cuda on a machine with the GPU).
-        bool backend_given = false, target_given = false;
-        for (const std::string &a : args) backend_given |= a == "--backend", target_given |= a == "--target";
         if (backend_given && r.backend != "halide")
             throw Usage("run: --device " + std::string(device_name(r.device)) + " runs the halide backend's GPU kernel, not --backend " + r.backend);
         if (target_given) throw Usage("run: give --device or --target, not both (--device cuda is --target host-cuda)");
