@@ -309,6 +309,7 @@ Registry Registry::load(const std::string &path, const KernelEntry *table, size_
                     x.sizes = w.value("sizes", std::map<std::string, int64_t>{});
                     x.gbps = w.value("gbps", 0.0);
                     x.frac = w.value("frac", 0.0);
+                    x.vs_fallback = w.value("vs_fallback", 0.0);
                     x.limit = w.value("limit", "");
                     k->tuned.push_back(std::move(x));
                 } catch (const json::exception &ex) {
@@ -509,11 +510,14 @@ Registry::Selection Registry::choose(const std::string &layer, DType dtype, cons
         double score;
     };
     std::vector<Choice> choices;
+    std::string refused;  // why the first near class's choice on another CPU was not taken
     for (const auto &k : kernels_) {
         if (k->layer != layer || k->dtype != dtype || k->variant != sel.kernel->variant || k->tuned.empty() || !k->runs_here()) continue;
         for (const Kernel::Tuned &t : k->tuned) {
-            const double score = tuned_match_score(sel.shape, cpu, t.shape, t.cpu);
+            const double score = tuned_match_score(sel.shape, cpu, t.shape, t.cpu, t.vs_fallback);
             if (std::isfinite(score)) choices.push_back({k.get(), &t, score});
+            else if (refused.empty() && shape_distance(sel.shape, t.shape) <= kNearShape)
+                refused = "; " + t.cpu.text() + "'s choice for its class not taken: " + foreign_refusal(cpu, t.cpu, t.vs_fallback);
         }
     }
     std::stable_sort(choices.begin(), choices.end(), [](const Choice &a, const Choice &b) { return a.score < b.score; });
@@ -539,7 +543,7 @@ Registry::Selection Registry::choose(const std::string &layer, DType dtype, cons
     }
     sel.why = "default: " + sel.kernel->function + " (" +
               (choices.empty() ? "no tuned schedule for class " + sel.shape.key() + " on a CPU like this one" : "every tuned choice refused this call") +
-              ")" + skipped;
+              ")" + skipped + refused;
     return sel;
 }
 

@@ -134,6 +134,7 @@ public:
             CpuFingerprint cpu;
             std::map<std::string, int64_t> sizes;
             double gbps = 0, frac = 0;
+            double vs_fallback = 0;  // its speedup over the Halide default there (foreign_refusal)
             std::string limit;
         };
         std::vector<Tuned> tuned;
@@ -190,7 +191,7 @@ public:
 
     // Dispatch by shape: the kernel, of either backend, that tuning chose for the call's shape class
     // on the CPU nearest this one (codegen/common/tuning_keys.h: the same class, or one within
-    // kNearShape octaves; a CPU of the same ISA tier within kNearCpu), among the kernels that run
+    // kNearShape octaves; this CPU's own choices, or another's that foreign_refusal lets travel), among the kernels that run
     // here and whose requirement the call meets (a streaming-store kernel needs its outputs aligned:
     // an unaligned call takes the next choice); else the default Halide kernel, select()'s. The
     // tensors are the call's (run_kernel's map); their shapes bind the axes as run_kernel does.

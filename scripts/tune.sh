@@ -7,7 +7,10 @@
 #
 #   scripts/tune.sh [LAYER...] [-- TUNE OPTIONS]   e.g. scripts/tune.sh rms_norm -- --budget 30
 #
-# NORMGEN_TUNE_BUDGET (seconds per class, default 60). Nothing else should run meanwhile: the
+# NORMGEN_TUNE_BUDGET (seconds per class, default 60). NORMGEN_TUNE_MINUTES=M instead: the whole
+# catalog's grid classes in M minutes (`normgen tune --catalog --time`: two thirds forward f32 and
+# bf16, a third backward f32; each class its share, DRAM-sized classes first when short; ends with
+# what it found), for a machine the database has no record of. Nothing else should run meanwhile: the
 # choices are bandwidth measurements. The shipped database: 81 shape classes forward and 28
 # backward, about an hour and half an hour on 2 cores (AVX2); on an AMD EPYC with AVX-512, forward
 # f32 (66 classes at NORMGEN_TUNE_BUDGET=40, 34 minutes) and bf16 (17 classes at 60, 13-66 s each,
@@ -29,6 +32,16 @@ grad_layers=(layer_norm rms_norm layer_norm_weight_only layer_norm_no_affine dyt
              batch_norm_train group_norm_nchw group_norm_nhwc instance_norm)
 budget=${NORMGEN_TUNE_BUDGET:-60}
 mkdir -p build/tune-cache
+if [[ -n "${NORMGEN_TUNE_MINUTES:-}" ]]; then
+  minutes=$NORMGEN_TUNE_MINUTES
+  echo "tune.sh: the catalog's grid in $minutes minutes on this machine"
+  build/bin/normgen tune --catalog --dtype f32,bf16 --time "$(awk "BEGIN{print $minutes*2/3}")" \
+      --db generated/tuning --cache build/tune-cache "$@"
+  build/bin/normgen tune --catalog --grad --dtype f32 --time "$(awk "BEGIN{print $minutes/3}")" \
+      --db generated/tuning --cache build/tune-cache "$@"
+  echo "tune.sh: done; rebuild (scripts/build.sh) to generate the chosen kernels"
+  exit 0
+fi
 files=()
 for l in "${layers[@]}"; do files+=("dsl/catalog/$l.norm"); done
 echo "tune.sh: forward, f32 and bf16: ${layers[*]}"

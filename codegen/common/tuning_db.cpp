@@ -22,6 +22,7 @@ json TuningRecord::to_json() const {
               {"gbps", result.gbps}, {"limit", result.limit}, {"limit_gbps", result.limit_gbps},
               {"limit_p20_gbps", result.limit_p20_gbps}, {"limit_p80_gbps", result.limit_p80_gbps}, {"frac", result.frac},
               {"vs_default", result.vs_default}};
+    if (result.vs_fallback > 0) r["vs_fallback"] = result.vs_fallback;
     json j = {{"schema", schema}, {"identity", identity.to_json()}, {"dtype", dtype}, {"variant", variant}, {"backend", backend},
               {"isa", isa}, {"role", role}, {"chosen", chosen}, {"sizes", sizes}, {"bytes", bytes}, {"shape", shape.to_json()},
               {"cpu", cpu.to_json()}, {"schedule", schedule}, {"result", r}, {"when", when}, {"run", run}};
@@ -62,6 +63,7 @@ TuningRecord TuningRecord::from_json(const json &j) {
         t.result.limit_p80_gbps = r.value("limit_p80_gbps", 0.0);
         t.result.frac = r.value("frac", 0.0);
         t.result.vs_default = r.value("vs_default", 0.0);
+        t.result.vs_fallback = r.value("vs_fallback", 0.0);
         t.when = j.value("when", "");
         t.run = j.value("run", "");
     } catch (const json::exception &e) {
@@ -136,11 +138,19 @@ std::map<std::string, size_t> TuningDb::compact(const std::map<std::string, Kern
         // Per key, the chosen record of the latest run (a newer run of the same key replaces an older
         // one: retuning is how a user changes their mind); ties in time go to the larger fraction.
         std::map<std::string, TuningRecord> best;
-        for (const TuningRecord &r : records(layer)) {
-            if (!r.chosen || r.role == "autoscheduler" || !identity.mismatch(r.identity).empty()) continue;
+        std::map<std::string, double> fallback;  // run|key -> the Halide default's median time
+        const std::vector<TuningRecord> all = records(layer);
+        for (const TuningRecord &r : all) {
+            if (!identity.stale(r.identity, r.when).empty()) continue;
+            if (r.role == "default" && r.backend == "halide" && r.result.median_s > 0) fallback[r.run + "|" + r.key()] = r.result.median_s;
+            if (!r.chosen || r.role == "autoscheduler") continue;
             auto it = best.find(r.key());
             if (it == best.end() || r.when > it->second.when || (r.when == it->second.when && r.result.frac > it->second.result.frac))
                 best[r.key()] = r;
+        }
+        for (auto &[key, r] : best) {
+            auto f = fallback.find(r.run + "|" + key);
+            r.result.vs_fallback = f != fallback.end() && r.result.median_s > 0 ? f->second / r.result.median_s : 0.0;
         }
         json entries = json::array();
         for (const auto &[key, r] : best) entries.push_back(r.to_json());
@@ -170,7 +180,7 @@ std::vector<TuningRecord> TuningDb::best(const std::string &layer, const KernelI
     for (const json &e : doc["entries"]) {
         try {
             TuningRecord r = TuningRecord::from_json(e);
-            const std::string why = current.mismatch(r.identity);
+            const std::string why = current.stale(r.identity, r.when);
             if (!why.empty()) {
                 if (notes && said.insert(why).second) notes->push_back(best_path(layer) + ": stale records ignored: " + why);
                 continue;
@@ -240,7 +250,7 @@ json tuned_manifest_field(const TunedSchedule &t) {
     json list = json::array();
     for (const TuningRecord &r : t.wins)
         list.push_back({{"shape", r.shape.to_json()}, {"cpu", r.cpu.to_json()}, {"sizes", r.sizes}, {"gbps", r.result.gbps},
-                        {"frac", r.result.frac}, {"limit", r.result.limit}, {"when", r.when}});
+                        {"frac", r.result.frac}, {"limit", r.result.limit}, {"vs_fallback", r.result.vs_fallback}, {"when", r.when}});
     return list;
 }
 

@@ -19,7 +19,7 @@
 //    "shape": ShapeClass JSON, "cpu": CpuFingerprint JSON,
 //    "schedule": {"kind": "halide-cpu", "knobs": {...}} (the schedule record; autoscheduler: its params),
 //    "result": {"median_s", "p20_s", "p80_s", "reps", "gbps", "limit", "limit_gbps", "limit_p20_gbps",
-//               "limit_p80_gbps", "frac", "vs_default"},
+//               "limit_p80_gbps", "frac", "vs_default", "vs_fallback" (best/ only)},
 //    "when": "2026-12-01T12:00:00Z", "run": "<run id>"}
 // A record whose identity is not this build's (another declaration text, generator, Halide or LLVM
 // version) is stale: readers skip it and say so once per layer.
@@ -46,6 +46,9 @@ struct TuningResult {
     double limit_gbps = 0, limit_p20_gbps = 0, limit_p80_gbps = 0;
     double frac = 0;        // gbps / limit_gbps
     double vs_default = 0;  // the same run's default (this backend's) median time / this median time
+    // The same run's Halide default median time / this median time: what the choice wins over
+    // dispatch's fallback (set when the index is compacted; 0 when that run timed no Halide default).
+    double vs_fallback = 0;
 };
 
 struct TuningRecord {

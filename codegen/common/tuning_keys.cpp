@@ -255,10 +255,32 @@ double loose_shape_distance(const ShapeClass &a, const ShapeClass &b) {
     return bucket_octaves(a, b, false) + (a.footprint != b.footprint) + (a.inner_multiple != b.inner_multiple) + 2.0 * (a.dtype != b.dtype);
 }
 
-double tuned_match_score(const ShapeClass &call, const CpuFingerprint &here, const ShapeClass &tuned, const CpuFingerprint &there) {
-    const double ds = shape_distance(call, tuned), dc = cpu_distance(here, there);
-    if (!(ds <= kNearShape) || !(dc <= kNearCpu)) return std::numeric_limits<double>::infinity();
-    return ds * 10 + dc;
+std::string foreign_refusal(const CpuFingerprint &here, const CpuFingerprint &there, double vs_fallback) {
+    if (here.key() == there.key()) return "";
+    if (here.vendor != there.vendor) return "another vendor (" + there.vendor + ")";
+    if (here.isa != there.isa) return "another ISA tier (" + there.isa + ")";
+    // Beyond the tier, the flags the generated code uses: the native bf16 and f16 conversions (AMX
+    // and VNNI are never used by a normalization kernel: a machine with them is still the same kind).
+    for (const char *f : {"avx512_bf16", "avx512_fp16"}) {
+        auto has = [&](const CpuFingerprint &c) { return std::find(c.flags.begin(), c.flags.end(), f) != c.flags.end(); };
+        if (has(here) != has(there)) return std::string(has(there) ? "" : "no ") + f + " there";
+    }
+    if (here.threads != there.threads) return std::to_string(there.threads) + " threads";
+    if (octaves((double)here.l2, (double)there.l2) > 1.0 || octaves((double)here.l3, (double)there.l3) > 1.0)
+        return "another cache regime (L2 " + bytes_text(there.l2) + ", L3 " + bytes_text(there.l3) + ")";
+    if (!(vs_fallback >= kForeignMargin)) {
+        char b[96];
+        std::snprintf(b, sizeof b, "it beat the default by %.2fx there, under the %.2fx a choice must win by to travel", vs_fallback, kForeignMargin);
+        return vs_fallback > 0 ? b : "its margin over the default there is not known";
+    }
+    return "";
+}
+
+double tuned_match_score(const ShapeClass &call, const CpuFingerprint &here, const ShapeClass &tuned, const CpuFingerprint &there,
+                         double vs_fallback) {
+    const double ds = shape_distance(call, tuned);
+    if (!(ds <= kNearShape) || !foreign_refusal(here, there, vs_fallback).empty()) return std::numeric_limits<double>::infinity();
+    return ds * 10 + cpu_distance(here, there);
 }
 
 json KernelIdentity::to_json() const {
@@ -299,7 +321,21 @@ KernelIdentity kernel_identity(const NormSpec &spec) {
     k.decl_hash = hex;
     k.halide = halide_version();
     k.llvm = llvm_version();
+    // tanh_f32 became a rational function (49aafc4): a layer calling tanh got a faster Halide default
+    // and other code for every Halide record, and its earlier choices were measured against the old
+    // one (a 480 MiB-L3 Xeon's DyT choices, 1.9-2.5x the old default there, were 0.61-0.93x the new
+    // default on a 260 MiB-L3 Xeon). The declaration's text says whether it calls tanh.
+    if (print_norm(spec).find("tanh(") != std::string::npos) {
+        k.since = "2026-12-04T06:42:50Z";
+        k.since_why = "tanh became a rational function";
+    }
     return k;
+}
+
+std::string KernelIdentity::stale(const KernelIdentity &o, const std::string &when) const {
+    if (std::string why = mismatch(o); !why.empty()) return why;
+    if (!since.empty() && when < since) return "measured before " + since_why + " (" + since + ")";
+    return "";
 }
 
 LayerLimit layer_limit(const NormSpec &spec, const KernelPlan &plan, const std::vector<int64_t> &extents, const CpuFingerprint &cpu) {

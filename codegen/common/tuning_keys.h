@@ -51,10 +51,9 @@ const CpuFingerprint &this_cpu();
 
 // How far apart two machines are for tuning purposes: infinity when their ISA tiers differ (a
 // schedule measured with other vector instructions says little), else the octaves between their
-// L2 and L3 sizes and thread counts, plus 1 for another vendor. kNearCpu: the most a record may be
-// away and still be used.
+// L2 and L3 sizes and thread counts, plus 1 for another vendor. It ranks the machines whose
+// choices foreign_refusal (below) lets travel.
 double cpu_distance(const CpuFingerprint &a, const CpuFingerprint &b);
-constexpr double kNearCpu = 4.0;
 
 struct ShapeClass {
     std::string dtype;                                  // "f32", "bf16", "f16"
@@ -100,11 +99,25 @@ constexpr double kNearShape = 2.0;
 // storage type; infinite only when the axes differ.
 double loose_shape_distance(const ShapeClass &a, const ShapeClass &b);
 
+// Whether a choice tuning made on `there` may choose for `here`: "" when it may, else why not.
+// The machine's own choices (the same fingerprint key) always may. Another machine's only when it
+// is of the same kind for a memory-bound kernel: the same vendor, ISA tier, native conversions
+// (avx512_bf16, avx512_fp16) and thread count, and the same cache regime (its L2 and L3 each within a factor of two of this one's), and
+// only when the choice beat the Halide default, what dispatch falls back to, by kForeignMargin on
+// its own machine (`vs_fallback`; 0: not known, refused). Measured on the forward f32 grid on a
+// Xeon (AVX-512, 260 MiB L3) with only a 480 MiB-L3 Xeon's choices to go by: taken blindly they
+// were 1.49x the default over 77 cases but behind it on 6 (0.61-0.92x); every loser but DyT's had
+// won by at most 1.17x at home (README "Tuning": an unknown CPU). A user's machine gets its own
+// choices with `normgen tune --catalog --time MINUTES`.
+std::string foreign_refusal(const CpuFingerprint &here, const CpuFingerprint &there, double vs_fallback);
+constexpr double kForeignMargin = 1.2;
+
 // How well a schedule tuned for (tuned, there) fits a call of class `call` on `here`: infinity when
-// it may not be used (the shape class or the CPU too far, see above), else smaller is nearer (the
-// shape class weighs ten times the CPU). The registry's dispatch and `normgen describe --shape`
-// rank tuned schedules by it.
-double tuned_match_score(const ShapeClass &call, const CpuFingerprint &here, const ShapeClass &tuned, const CpuFingerprint &there);
+// it may not be used (the shape class too far, or foreign_refusal says no), else smaller is nearer
+// (the shape class weighs ten times the CPU). The registry's dispatch and `normgen describe
+// --shape` rank tuned schedules by it.
+double tuned_match_score(const ShapeClass &call, const CpuFingerprint &here, const ShapeClass &tuned, const CpuFingerprint &there,
+                         double vs_fallback);
 
 struct KernelIdentity {
     std::string layer;
@@ -116,6 +129,12 @@ struct KernelIdentity {
     static KernelIdentity from_json(const nlohmann::json &j);
     // "" when `o` is the same kernel, else what differs ("the declaration changed", "Halide 20.0.0 -> 21.0.0").
     std::string mismatch(const KernelIdentity &o) const;
+    // Records of this kernel measured before `since` (UTC, as TuningRecord::when) are stale too: the
+    // code generated for their knobs changed then for this layer without a new generator version
+    // (since_why says what). Not written to records; set by kernel_identity().
+    std::string since, since_why;
+    // mismatch(o), else why a record of identity `o` measured at `when` is stale, else "".
+    std::string stale(const KernelIdentity &o, const std::string &when) const;
 };
 
 // The identity of a declaration's kernels in this build of normgen.

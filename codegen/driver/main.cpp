@@ -149,15 +149,16 @@ commands:
                         eps=1e-6 --set g=4). Nothing is written unless every input is valid.
                         --device cuda|opencl: the Halide GPU kernel (halide-gpu schedule) on
                         that device; without one, "no CUDA device: ..." and exit 1.
-  tune FILE.norm... [--backend halide,mlir] [--dtype ...] [--shapes grid|SIZES;...] [--budget SECONDS]
-                    [--db DIR] [--grad]
+  tune FILE.norm... | --catalog [--backend halide,mlir] [--dtype ...] [--shapes grid|SIZES;...]
+                    [--budget SECONDS] [--time MINUTES] [--db DIR] [--grad]
                         Search each declaration's schedules (both backends, the knobs of its
                         schedule records) for its shape classes on this machine: every
                         candidate verified against the float64 reference, then timed
                         interleaved with the defaults and the copy rooflines; the choices go
                         to the tuning database DIR (records/, best/<layer>.json), which
                         `compile --tuning DIR` builds into kernels that Registry::select_for
-                        picks by shape. (normgen tune --help)
+                        picks by shape. --catalog --time MINUTES: every catalog layer's
+                        grid classes within that time, then what it found. (normgen tune --help)
   autoschedule FILE.norm... -o DIR [--shapes grid|SIZES;...] [--dtype ...] [--grad]
                         Halide's autoschedulers (Adams2019, Li2018, Mullapudi2016) on the
                         same algorithm, per shape, as kernel libraries in DIR for
@@ -449,7 +450,10 @@ int cmd_describe_shape(const std::string &file, const std::string &shape, DType 
     double score = 0;
     for (const TuningRecord &r : best) {
         if (r.dtype != dtype_name(dtype) || r.variant != "core") continue;
-        const double s = tuned_match_score(cls, cpu, r.shape, r.cpu);
+        const double s = tuned_match_score(cls, cpu, r.shape, r.cpu, r.result.vs_fallback);
+        if (!std::isfinite(s) && shape_distance(cls, r.shape) <= kNearShape)
+            if (std::string why = foreign_refusal(cpu, r.cpu, r.result.vs_fallback); !why.empty())
+                std::cout << "  not taken: " << r.backend << " choice for " << r.shape.key() << " on " << r.cpu.text() << ": " << why << "\n";
         if (std::isfinite(s) && (!pick || s < score)) {
             pick = &r;
             score = s;

@@ -27,6 +27,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -48,9 +49,9 @@ using nlohmann::json;
 
 const char *kTuneUsage = R"(normgen tune - search the schedules of a declaration's kernels for its shapes on this machine.
 
-usage: normgen tune FILE.norm... [--backend halide,mlir] [--dtype f32,bf16,f16|all]
-                    [--shapes grid|SIZES[;SIZES...]] [--budget SECONDS] [--db DIR] [--grad]
-                    [--cache DIR] [--rounds N] [--no-autoschedulers] [--dry-run] [--reindex]
+usage: normgen tune FILE.norm... | --catalog [--backend halide,mlir] [--dtype f32,bf16,f16|all]
+                    [--shapes grid|SIZES[;SIZES...]] [--budget SECONDS] [--time MINUTES] [--db DIR]
+                    [--grad] [--cache DIR] [--rounds N] [--no-autoschedulers] [--dry-run] [--reindex]
 
   For each declaration, storage type and shape class (the storage type, each axis of the main
   output bucketed to a power of two (exactly up to 8), the innermost extent's alignment class and
@@ -70,7 +71,15 @@ usage: normgen tune FILE.norm... [--backend halide,mlir] [--dtype f32,bf16,f16|a
                      the README run command's short grid); or
                      sizes by axis, `rows=4096,d=4096`, or the first input's declared shape,
                      `4096x4096` (several separated by ';'). Shapes of one class are tuned once.
+  --catalog          every catalog layer the benchmark grid has (forward, or backward with --grad),
+                     at the grid's shapes: the classes a user's own machine needs tuned
   --budget SECONDS   per (layer, storage type, shape class), compiling included (default 60)
+  --time MINUTES     the whole run: the classes are counted first, then each gets an equal share
+                     of the time that is left when it starts (at most --budget when given, at least
+                     15 s); when the time cannot give every class 15 s, the DRAM-sized classes go
+                     first, then L3, then L2, and the classes left over keep their previous choice
+                     (or the default) and are listed. The run ends with what it found: each class's
+                     choice against the default and the limit, and the geometric mean.
   --db DIR           the tuning database (default ./tuning): DIR/records/<layer>/<type>-<cpu>.jsonl
                      gets one line per measurement, DIR/best/<layer>.json the chosen schedule per key,
                      rewritten after every shape class (normgen compile --tuning DIR and
@@ -85,6 +94,7 @@ usage: normgen tune FILE.norm... [--backend halide,mlir] [--dtype f32,bf16,f16|a
 
 examples:
   normgen tune dsl/catalog/rms_norm.norm --shapes 'rows=16384,d=8192' --budget 30
+  normgen tune --catalog --dtype f32 --time 30 --db generated/tuning     (scripts/tune.sh)
   normgen tune my_norm.norm --dtype f32,bf16 --shapes '4096x4096;32x4096' --db tuning/
 )";
 
@@ -100,6 +110,21 @@ usage: normgen autoschedule FILE.norm... -o DIR [--shapes grid|short|SIZES[;SIZE
   (checked against the float64 reference first, like every row). Compiled kernels are kept: a
   second run builds only what is missing.
 )";
+
+// The catalog's declarations of every layer the benchmark grid has (the backward grid's with
+// `grad`), in the grid's order.
+std::vector<std::string> catalog_grid_files(bool grad, bool short_grid) {
+    const std::vector<bench::GridCase> grid = short_grid ? (grad ? bench::short_backward_grid() : bench::short_grid())
+                                                         : (grad ? bench::backward_grid() : bench::model_grid());
+    std::vector<std::string> files;
+    for (const bench::GridCase &g : grid) {
+        const std::string f = (fs::path(NORMGEN_SOURCE_ROOT) / "dsl" / "catalog" / (g.layer + ".norm")).string();
+        if (std::find(files.begin(), files.end(), f) != files.end()) continue;
+        if (!fs::exists(f)) throw UserError("tune: --catalog: " + f + " is missing (the catalog ships with normgen's source)");
+        files.push_back(f);
+    }
+    return files;
+}
 
 TuneOptions parse_tune_args(const std::vector<std::string> &args) {
     TuneOptions o;
@@ -122,7 +147,11 @@ TuneOptions parse_tune_args(const std::vector<std::string> &args) {
             if (o.backends.empty()) throw Usage("tune: --backend needs halide, mlir or both");
         } else if (a == "--dtype") o.dtypes = parse_dtypes(value());
         else if (a == "--shapes") o.shapes = value();
-        else if (a == "--budget") o.budget_s = number(value());
+        else if (a == "--budget") {
+            o.budget_s = number(value());
+            o.budget_given = true;
+        } else if (a == "--time") o.total_s = 60 * number(value());
+        else if (a == "--catalog") o.catalog = true;
         else if (a == "--db") o.db = value();
         else if (a == "--cache") o.cache = value();
         else if (a == "--grad") o.grad = true;
@@ -134,7 +163,10 @@ TuneOptions parse_tune_args(const std::vector<std::string> &args) {
         else if (!a.empty() && a[0] == '-') throw Usage("tune: unknown option '" + a + "'");
         else o.files.push_back(a);
     }
-    if (o.files.empty()) throw Usage("tune: give at least one .norm file");
+    if (o.catalog && !o.files.empty()) throw Usage("tune: give .norm files or --catalog, not both");
+    if (o.catalog && o.shapes != "grid" && o.shapes != "short") throw Usage("tune: --catalog tunes the grid's shapes (--shapes grid or short)");
+    if (o.catalog) o.files = catalog_grid_files(o.grad, o.shapes == "short");
+    if (o.files.empty()) throw Usage("tune: give at least one .norm file (or --catalog)");
     if (o.shapes.empty()) throw Usage("tune: --shapes needs 'grid' or sizes");
     return o;
 }
@@ -278,8 +310,8 @@ public:
         const CpuFingerprint &cpu = this_cpu();
         if (cpu.isa == "none") throw UserError("tune: this CPU has no AVX2 (normgen's CPU kernels need AVX2, FMA and F16C)");
         if (o_.autoschedule_out.empty())
-            progress_.line("normgen tune: " + cpu.text() + ", " + cpu.vendor + "; budget " + fmt(o_.budget_s, 0) +
-                           " s per shape class; database " + o_.db + (o_.dry_run ? " (dry run)" : ""));
+            progress_.line("normgen tune: " + cpu.text() + ", " + cpu.vendor + "; " + (o_.total_s > 0 ? clock_text(o_.total_s) + " in all" : "budget " + fmt(o_.budget_s, 0) + " s per shape class") +
+                           "; database " + o_.db + (o_.dry_run ? " (dry run)" : ""));
         else
             progress_.line("normgen autoschedule: " + cpu.text() + " -> " + o_.autoschedule_out);
         struct sigaction sa {};
@@ -295,6 +327,7 @@ public:
                 if (g_interrupts) break;
                 tune_file(f);
             }
+            tune_jobs();
         } catch (...) {
             finish();
             sigaction(SIGINT, &old, nullptr);
@@ -323,6 +356,17 @@ private:
     const Isa isa_ = hl::isa_of(hl::parse_target("host"));  // the ISA this host's kernels are compiled for
     int next_id_ = 0;
     int classes_done_ = 0;
+    std::deque<NormSpec> specs_;   // the declarations the jobs point into
+    std::vector<ClassJob> jobs_;   // every shape class to tune, collected before the first is tuned
+    double class_budget_s_ = 60;   // the class at hand's budget (--budget, or its share of --time)
+    // A tuned class's outcome, for the summary.
+    struct Found {
+        std::string head, choice;
+        double gbps = 0, frac = 0, vs_default = 0;
+        bool is_default = false;
+    };
+    std::vector<Found> found_;
+    static constexpr double kMinClassSeconds = 15;
 
     void finish() {
         if (!tuned_layers_.empty()) {
@@ -346,7 +390,7 @@ private:
             const std::vector<TuningRecord> all = db_.records(layer, &notes);
             std::map<std::string, int> stale;  // why -> records
             for (const TuningRecord &r : all)
-                if (std::string why = layers.at(layer).mismatch(r.identity); !why.empty()) ++stale[why];
+                if (std::string why = layers.at(layer).stale(r.identity, r.when); !why.empty()) ++stale[why];
             for (const auto &[why, count] : stale) notes.push_back(std::to_string(count) + " stale record(s) left out: " + why);
             for (const std::string &note : notes) progress_.line("  note: " + note);
             progress_.line("normgen tune: " + db_.best_path(layer) + ": " + std::to_string(n) + " choice(s) from " + std::to_string(all.size()) +
@@ -405,8 +449,8 @@ private:
     // ---- the layer ----------------------------------------------------------------------------------
 
     void tune_file(const std::string &file) {
-        const NormSpec forward = load_norm_file(file);
-        const NormSpec spec = o_.grad ? differentiate(forward).spec : forward;
+        const NormSpec &forward = specs_.emplace_back(load_norm_file(file));
+        const NormSpec &spec = o_.grad ? specs_.emplace_back(differentiate(forward).spec) : forward;
         if (o_.shapes != "grid" && o_.shapes != "short") shapes_of(forward, o_.grad, DType::F32);  // a malformed --shapes is refused before anything runs
         for (DType dtype : o_.dtypes) {
             const std::vector<std::map<std::string, int64_t>> shapes = shapes_of(forward, o_.grad, dtype);
@@ -436,10 +480,83 @@ private:
                 autoschedule_shapes(spec, forward, dtype, shapes);
                 continue;
             }
-            for (const std::string &key : order) {
-                if (g_interrupts) return;
-                tune_class(classes.at(key));
+            for (const std::string &key : order) jobs_.push_back(classes.at(key));
+        }
+    }
+
+    // Every class collected from the files, each within its budget: --budget, or with --time its
+    // share of what is left (the DRAM-sized classes first when the time is short), then what it found.
+    void tune_jobs() {
+        const size_t n = jobs_.size();
+        if (n == 0) return;
+        const double t_start = now_s();
+        std::vector<size_t> order(n);
+        for (size_t i = 0; i < n; ++i) order[i] = i;
+        const bool short_of_time = o_.total_s > 0 && o_.total_s / (double)n < kMinClassSeconds;
+        if (short_of_time) {
+            auto rank = [](const std::string &f) { return f == "dram" ? 0 : f == "l3" ? 1 : 2; };
+            std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rank(jobs_[a].shape.footprint) < rank(jobs_[b].shape.footprint); });
+        }
+        if (o_.total_s > 0)
+            progress_.line("normgen tune: " + std::to_string(n) + " shape class(es) in " + clock_text(o_.total_s) + ": about " +
+                           fmt(std::min(o_.total_s / (double)n, o_.budget_given ? o_.budget_s : 1e9), 0) + " s each" +
+                           (short_of_time ? " (short of " + fmt(kMinClassSeconds, 0) + " s a class: DRAM-sized classes first)" : ""));
+        std::vector<std::string> untuned;
+        for (size_t k = 0; k < n; ++k) {
+            const ClassJob &j = jobs_[order[k]];
+            if (g_interrupts) {
+                untuned.push_back(header(j));
+                continue;
             }
+            class_budget_s_ = o_.budget_s;
+            if (o_.total_s > 0) {
+                const double left = o_.total_s - (now_s() - t_start);
+                const double share = left / (double)(n - k);
+                if (share < kMinClassSeconds && !o_.dry_run) {
+                    untuned.push_back(header(j));
+                    continue;
+                }
+                class_budget_s_ = o_.budget_given ? std::min(share, o_.budget_s) : share;
+            }
+            progress_.line("[" + std::to_string(k + 1) + "/" + std::to_string(n) + "] " + header(j) + ": budget " + fmt(class_budget_s_, 0) +
+                           " s; " + clock_text(now_s() - t_start) + (o_.total_s > 0 ? " of " + clock_text(o_.total_s) : "") + " gone");
+            tune_class(j);
+        }
+        if (o_.dry_run) return;
+        summarize(now_s() - t_start, untuned);
+    }
+
+    static std::string clock_text(double s) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%d:%02d", (int)(s / 60), (int)s % 60);
+        return b;
+    }
+
+    // What the run found: each tuned class's choice against the Halide default and its limit.
+    void summarize(double seconds, const std::vector<std::string> &untuned) {
+        if (found_.empty() && untuned.empty()) return;
+        progress_.line("normgen tune: what it found on " + this_cpu().text() + " (" + std::to_string(found_.size()) + " class(es) in " +
+                       clock_text(seconds) + "):");
+        double log_sum = 0;
+        int counted = 0, kept_default = 0, faster = 0;
+        for (const Found &f : found_) {
+            progress_.line("  " + f.head + ": " + f.choice + ", " + fmt(f.gbps) + " GB/s = " + fmt(100 * f.frac, 0) + "% of its limit, " +
+                           (f.vs_default > 0 ? fmt(f.vs_default, 2) + "x the default" : "the default not timed"));
+            if (f.vs_default > 0) {
+                log_sum += std::log(f.vs_default);
+                ++counted;
+                faster += f.vs_default > 1.02;
+            }
+            kept_default += f.is_default;
+        }
+        if (counted)
+            progress_.line("  tuned / default: geometric mean " + fmt(std::exp(log_sum / counted), 2) + "x over " + std::to_string(counted) +
+                           " class(es); faster than the default by > 2% in " + std::to_string(faster) + ", the default kept in " +
+                           std::to_string(kept_default));
+        if (!untuned.empty()) {
+            progress_.line("  not tuned (" + std::string(g_interrupts ? "interrupted" : "out of time") + "): " + std::to_string(untuned.size()) +
+                           " class(es); they keep their previous choice, or the default:");
+            for (const std::string &u : untuned) progress_.line("    " + u);
         }
     }
 
@@ -627,7 +744,7 @@ private:
             } else if (!c.autoscheduler.empty()) {
                 // A quarter of the class's budget each (at least 10 s): the three baselines are not
                 // worth more of the tuning time than the search itself.
-                const int seconds = (int)std::clamp(o_.budget_s / 4, 10.0, (double)kAutoscheduleSeconds);
+                const int seconds = (int)std::clamp(class_budget_s_ / 4, 10.0, (double)kAutoscheduleSeconds);
                 const std::string why = in_child([&] { build_halide(*j.spec, j.dtype, Variant::Core, nullptr, c.autoscheduler, &j, j.file,
                                                                     o_.grad ? j.forward->name : ""); },
                                                  seconds, kAutoscheduleBytes);
@@ -853,7 +970,7 @@ private:
         // last batch both fit in what is left (2-5 s over the budget when only the last batch was
         // reserved).
         double batch_s = 0;
-        while (!g_interrupts && now_s() - s.t0 + batch_s + s.final_guess <= o_.budget_s) {
+        while (!g_interrupts && now_s() - s.t0 + batch_s + s.final_guess <= class_budget_s_) {
             const double batch_t0 = now_s();
             const std::vector<SearchCandidate> proposed = search.next();
             if (proposed.empty()) break;
@@ -909,7 +1026,7 @@ private:
         last.insert(last.end(), baselines.begin(), baselines.end());
         // Twice the rounds of a batch, fewer when that would take the class past its budget (at least 3).
         const double items = (double)last.size() + (j.limit.reads_twice ? 3 : 2);
-        const int final_rounds = std::clamp((int)((o_.budget_s - (now_s() - s.t0)) / std::max(1e-3, s.item_round_s * items)), 3, 2 * o_.rounds);
+        const int final_rounds = std::clamp((int)((class_budget_s_ - (now_s() - s.t0)) / std::max(1e-3, s.item_round_s * items)), 3, 2 * o_.rounds);
         BatchResult fin = g_interrupts ? s.last : measure(s, last, final_rounds, "final timing");
         size_t winner = last[0];
         for (size_t n = 0; n < finalists; ++n) {
@@ -947,6 +1064,9 @@ private:
         }
         line += "; " + std::to_string(s.all.size()) + " measured, " + std::to_string(s.rejected) + " rejected, " + fmt(now_s() - s.t0, 0) + " s";
         progress_.line(line);
+        found_.push_back({head, s.all[winner].label + (chose_default ? "" : " [" + knob_diff(s, winner) + "]"),
+                          (double)j.limit.bytes / wt.median / 1e9, (double)j.limit.bytes / wt.median / 1e9 / fin.limit_gbps,
+                          dt.median > 0 ? dt.median / wt.median : 0.0, chose_default});
     }
 
     // The knobs where a candidate differs from its backend's default.
@@ -998,7 +1118,7 @@ private:
         for (const auto &[b, t] : best_t)
             if (t.median > 0)
                 line += " | best " + b + " " + gbps(s, t) + " (" + fmt(100.0 * (double)s.job->limit.bytes / t.median / 1e9 / s.last.limit_gbps, 0) + "%)";
-        line += " | limit " + fmt(s.last.limit_gbps) + " GB/s | " + fmt(now_s() - s.t0, 0) + "/" + fmt(o_.budget_s, 0) + " s";
+        line += " | limit " + fmt(s.last.limit_gbps) + " GB/s | " + fmt(now_s() - s.t0, 0) + "/" + fmt(class_budget_s_, 0) + " s";
         progress_.status(line);
     }
 };

@@ -26,6 +26,9 @@ struct TuneOptions {
     std::vector<DType> dtypes{DType::F32};
     std::string shapes = "grid";  // "grid" (the benchmark's shapes of the layer) or sizes lists
     double budget_s = 60;         // per (layer, storage type, shape class)
+    bool budget_given = false;    // --budget was given (with --time: the most a class gets)
+    double total_s = 0;           // --time: the whole run's time; each class gets its share (0 = none)
+    bool catalog = false;         // --catalog: every catalog layer of the benchmark grid
     std::string db = "tuning";    // the database folder
     std::string cache;            // compiled candidates ("" = a temporary folder, removed at the end)
     bool grad = false;            // tune the backward layer (`normgen grad FILE`) instead

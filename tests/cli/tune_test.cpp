@@ -137,6 +137,9 @@ TEST_CASE("tune: bad options and bad declarations are refused, nothing written",
         CHECK_FALSE(fs::exists(db));
     };
     refused("", "give at least one .norm file");
+    refused("--catalog " + catalog("rms_norm"), "give .norm files or --catalog, not both");
+    refused("--catalog --shapes rows=64,d=256", "--catalog tunes the grid's shapes");
+    refused(catalog("rms_norm") + " --time 0", "--time takes a positive number");
     refused(catalog("rms_norm") + " --budget 0", "--budget takes a positive number");
     refused(catalog("rms_norm") + " --backend cuda", "--backend 'cuda'");
     refused(catalog("rms_norm") + " --frobnicate", "unknown option '--frobnicate'");
@@ -228,4 +231,24 @@ TEST_CASE("normgen-measure: a candidate that computes something else fails verif
     CHECK(replies[4]["ok"] == false);
     CHECK(replies[4]["error"].get<std::string>().find("elements fail") != std::string::npos);
     fs::remove_all(dir);
+}
+
+TEST_CASE("tune --time: each class its share of the time left; a class that cannot get 15 s is listed, not tuned", "[cli][tune]") {
+    const fs::path db = fresh_dir("tune-time"), cache = fresh_dir("tune-time-cache");
+    // 18 s for two classes: the first would get 9 s (under 15: skipped), the second about 18.
+    Result r = normgen_cli("tune " + catalog("rms_norm") + " --shapes 'rows=64,d=256;rows=8,d=128' --time 0.3 --rounds 2 --no-autoschedulers --db " +
+                           db.string() + " --cache " + cache.string());
+    INFO(r.out);
+    CHECK(r.code == 0);
+    CHECK(r.out.find("2 shape class(es) in 0:18") != std::string::npos);
+    CHECK(r.out.find("[2/2] rms_norm f32 [f32|rows=8,d=128|m16|l2]: budget 18 s") != std::string::npos);
+    CHECK(r.out.find("what it found on ") != std::string::npos);
+    CHECK(r.out.find("x the default") != std::string::npos);
+    CHECK(r.out.find("not tuned (out of time): 1 class(es)") != std::string::npos);
+    CHECK(r.out.find("    rms_norm f32 [f32|rows=2^6,d=256|m16|l2]") != std::string::npos);
+    std::ifstream in(db / "best" / "rms_norm.json");
+    REQUIRE(in);
+    CHECK(json::parse(in)["entries"].size() == 1);
+    fs::remove_all(db);
+    fs::remove_all(cache);
 }

@@ -123,6 +123,74 @@ TEST_CASE("CPU fingerprints: this machine, JSON, and the distance that decides d
     CHECK_THROWS_AS(CpuFingerprint::from_json(nlohmann::json{{"vendor", "x"}}), UserError);
 }
 
+TEST_CASE("another CPU's choice travels only to a machine of its kind, and only when it won by the margin", "[tuning]") {
+    const CpuFingerprint here = cpu("avx512", 260, 2, "GenuineIntel");
+    // The machine's own choices always count, whatever their margin (0: not known).
+    CHECK(foreign_refusal(here, here, 0.0).empty());
+    CHECK(foreign_refusal(here, here, 0.9).empty());
+    // The same kind (vendor, ISA tier and flags, threads, L2 and L3 within a factor of two): by the margin.
+    const CpuFingerprint big = cpu("avx512", 480, 2, "GenuineIntel");
+    CHECK(foreign_refusal(here, big, kForeignMargin).empty());
+    CHECK(foreign_refusal(here, big, 2.5).empty());
+    CHECK(foreign_refusal(here, big, 1.1).find("beat the default by 1.10x there") != std::string::npos);
+    CHECK(foreign_refusal(here, big, 0.0).find("not known") != std::string::npos);
+    // Anything else: refused, saying why.
+    CHECK(foreign_refusal(here, cpu("avx512", 260, 2, "AuthenticAMD"), 3.0).find("another vendor") != std::string::npos);
+    CHECK(foreign_refusal(here, cpu("avx2", 260, 2, "GenuineIntel"), 3.0).find("ISA tier") != std::string::npos);
+    CHECK(foreign_refusal(here, cpu("avx512", 260, 4, "GenuineIntel"), 3.0).find("4 threads") != std::string::npos);
+    CHECK(foreign_refusal(here, cpu("avx512", 32, 2, "GenuineIntel"), 3.0).find("cache regime") != std::string::npos);
+    CpuFingerprint flags = big;
+    flags.flags.push_back("amx_bf16");  // not used by any kernel: the same kind
+    CHECK(foreign_refusal(here, flags, 3.0).empty());
+    flags.flags.push_back("avx512_bf16");  // native bf16 conversions there, not here
+    CHECK(foreign_refusal(here, flags, 3.0) == "avx512_bf16 there");
+    CHECK(foreign_refusal(flags, here, 3.0) == "no avx512_bf16 there");
+    // The score: finite exactly when the rule allows it and the class is near.
+    const NormSpec ln = catalog("layer_norm");
+    const KernelPlan plan = make_plan(ln, DType::F32, Variant::Core);
+    const ShapeClass call = shape_class(ln, plan, extents_from_sizes(ln, {{"rows", 4096}, {"d", 4096}}), here);
+    const ShapeClass there = shape_class(ln, plan, extents_from_sizes(ln, {{"rows", 4096}, {"d", 4096}}), big);
+    CHECK(std::isfinite(tuned_match_score(call, here, there, big, 1.5)));
+    CHECK(std::isinf(tuned_match_score(call, here, there, big, 1.05)));
+    CHECK(tuned_match_score(call, here, call, here, 1.0) < tuned_match_score(call, here, there, big, 1.5));  // its own first
+}
+
+TEST_CASE("compaction records each choice's margin over the same run's Halide default; old tanh records are stale", "[tuning]") {
+    const fs::path dir = fresh_dir();
+    const TuningDb db(dir.string());
+    const NormSpec rms = catalog("rms_norm");
+    const KernelPlan plan = make_plan(rms, DType::F32, Variant::Core);
+    const CpuFingerprint c = cpu("avx512", 32);
+    const ShapeClass cls = shape_class(rms, plan, extents_from_sizes(rms, {{"rows", 4096}, {"d", 4096}}), c);
+    const ScheduleRecord def = choose_schedule(plan, ScheduleKind::HalideCpu, Isa::Avx512);
+    ScheduleRecord nt = def;
+    nt.set("streaming_stores", 1);
+    // The chosen record is twice the default's speed in its run: a margin of 2 (not its vs_default).
+    db.append({record(rms, cls, c, def, 20, "2026-12-05T10:00:00Z", false, "default"), record(rms, cls, c, nt, 40, "2026-12-05T10:00:00Z", true)});
+    db.compact({{"rms_norm", kernel_identity(rms)}});
+    std::vector<TuningRecord> best = db.best("rms_norm", kernel_identity(rms));
+    REQUIRE(best.size() == 1);
+    CHECK(best[0].result.vs_fallback == Approx(2.0));
+    REQUIRE(tuned_manifest_field({best[0].schedule, best}).size() == 1);
+    CHECK(tuned_manifest_field({best[0].schedule, best})[0]["vs_fallback"].get<double>() == Approx(2.0));
+
+    // A layer calling tanh: records measured before tanh became a rational function are stale.
+    const NormSpec dyt = catalog("dyt");
+    const KernelIdentity id = kernel_identity(dyt);
+    CHECK(!id.since.empty());
+    CHECK(kernel_identity(rms).since.empty());
+    CHECK(id.stale(id, "2026-12-02T21:53:46Z").find("tanh became a rational function") != std::string::npos);
+    CHECK(id.stale(id, "2026-12-04T08:00:00Z").empty());
+    const KernelPlan dplan = make_plan(dyt, DType::F32, Variant::Core);
+    const ShapeClass dcls = shape_class(dyt, dplan, extents_from_sizes(dyt, {{"rows", 4096}, {"d", 4096}}), c);
+    const ScheduleRecord ddef = choose_schedule(dplan, ScheduleKind::HalideCpu, Isa::Avx512);
+    db.append({record(dyt, dcls, c, ddef, 20, "2026-12-02T21:53:46Z", true)});
+    CHECK(db.compact({{"dyt", id}}).at("dyt") == 0);
+    db.append({record(dyt, dcls, c, ddef, 20, "2026-12-05T10:00:00Z", true)});
+    CHECK(db.compact({{"dyt", id}}).at("dyt") == 1);
+    fs::remove_all(dir);
+}
+
 TEST_CASE("the layer's limit: a second read of x when the statistics span more than the L3", "[tuning]") {
     const NormSpec bn = catalog("batch_norm_train");
     const KernelPlan plan = make_plan(bn, DType::F32, Variant::Core);
