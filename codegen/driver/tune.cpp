@@ -111,11 +111,19 @@ usage: normgen autoschedule FILE.norm... -o DIR [--shapes grid|short|SIZES[;SIZE
   second run builds only what is missing.
 )";
 
+namespace {
+
+// The benchmark grid a tuning run takes its shapes from: forward or backward, full or short.
+std::vector<bench::GridCase> tuning_grid(bool grad, bool short_grid) {
+    return short_grid ? (grad ? bench::short_backward_grid() : bench::short_grid()) : (grad ? bench::backward_grid() : bench::model_grid());
+}
+
+}  // namespace
+
 // The catalog's declarations of every layer the benchmark grid has (the backward grid's with
 // `grad`), in the grid's order.
 std::vector<std::string> catalog_grid_files(bool grad, bool short_grid) {
-    const std::vector<bench::GridCase> grid = short_grid ? (grad ? bench::short_backward_grid() : bench::short_grid())
-                                                         : (grad ? bench::backward_grid() : bench::model_grid());
+    const std::vector<bench::GridCase> grid = tuning_grid(grad, short_grid);
     std::vector<std::string> files;
     for (const bench::GridCase &g : grid) {
         const std::string f = (fs::path(NORMGEN_SOURCE_ROOT) / "dsl" / "catalog" / (g.layer + ".norm")).string();
@@ -406,8 +414,7 @@ private:
     std::vector<std::map<std::string, int64_t>> shapes_of(const NormSpec &forward, bool grad, DType dtype) const {
         std::vector<std::map<std::string, int64_t>> out;
         if (o_.shapes == "grid" || o_.shapes == "short") {
-            const std::vector<bench::GridCase> grid = o_.shapes == "short" ? (grad ? bench::short_backward_grid() : bench::short_grid())
-                                                                           : (grad ? bench::backward_grid() : bench::model_grid());
+            const std::vector<bench::GridCase> grid = tuning_grid(grad, o_.shapes == "short");
             for (const bench::GridCase &g : grid)
                 if (g.layer == forward.name && g.dtype == dtype && std::find(out.begin(), out.end(), g.sizes) == out.end()) out.push_back(g.sizes);
             if (out.empty())
