@@ -6,9 +6,10 @@ AVX512-BF16: after the LLVM 22 native-conversion step, so vcvtneps2bf16 shows wh
 object would show the emulated rounding). This machine kind has no hardware counters in its VMs
 (`perf stat` cannot count instructions) and valgrind cannot run AVX-512 code, so the count is
 static: llvm-objdump's disassembly, each innermost loop (a backward branch that contains no other),
-its instructions by kind, and the elements one iteration handles, estimated as the widest of: 16 per
-bf16/f16 widening load (vpmovzxwd / vcvtph2ps), 16 per narrowing (vcvtneps2bf16 / vcvtps2ph), and 16
-per 512-bit f32 load or store. Loops with fewer than three zmm operands (scalar set-up, tails) and
+its instructions by kind, and the elements one iteration handles: the loop's step (add $imm, %r)
+times the scale of a vector access indexed by %r, over the bytes of one of its 16 lanes (a widening
+load reads 2 a lane, a zmm access 4); where no such access is found, 16 per widening, narrowing or
+512-bit store. Loops with fewer than three zmm operands (scalar set-up, tails) and
 the entry function's loops (argument checks) are left out.
 
 usage: scripts/inner_loops.py KERNEL_OR_OBJECT... [--objdump llvm-objdump-22] [--markdown]
@@ -54,11 +55,37 @@ def inner_loops(body):
     return [l for l in loops if not any(o is not l and l[0] <= o[0] and o[1] <= l[1] and (o[0], o[1]) != (l[0], l[1]) for o in loops)]
 
 
+def access_bytes(op, arg):
+    """Bytes one instruction reads or writes through its memory operand (16 lanes a vector)."""
+    if "{1to" in arg:
+        return None  # a broadcast scalar
+    if op in WIDEN:
+        return 32  # 16 halves
+    for reg, n in (("zmm", 64), ("ymm", 32), ("xmm", 16)):
+        if "%" + reg in arg:
+            return n
+    return None
+
+
 def elements(ins):
+    """Elements one iteration handles: from the induction step (add $imm, %r), through a vector
+    access indexed by %r, as imm * scale / (bytes of one lane of that access); else estimated."""
+    for _, op, arg in reversed(ins):
+        m = re.match(r"\$0x([0-9a-f]+),\s*%(\w+)", arg) if op in ("add", "addq") else None
+        if not m:
+            continue
+        step, reg = int(m.group(1), 16), m.group(2)
+        for _, op2, arg2 in ins:
+            a = re.search(r"\(%\w+,\s*%" + reg + r"(?:,\s*(\d))?\)|\(%" + reg + r"\)", arg2)
+            n = access_bytes(op2, arg2) if a else None
+            if n:
+                scale = int(a.group(1)) if a.group(1) else 1
+                return max(1, step * scale * 16 // n)
+        break
     widen = sum(op in WIDEN for _, op, _ in ins)
     narrow = sum(op in NARROW for _, op, _ in ins)
-    f32 = sum(op in MOVES and "zmm" in arg and "(" in arg for _, op, arg in ins)
-    return 16 * max(widen, narrow, f32, 1)
+    stores = sum(op in MOVES and "zmm" in arg and arg.endswith(")") for _, op, arg in ins)
+    return 16 * max(widen, narrow, stores, 1)
 
 
 def main():

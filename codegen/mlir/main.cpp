@@ -182,7 +182,7 @@ int run(std::vector<std::string> args) {
         mlirgen::StreamingResult r = mlirgen::compile_streaming_object(in, buffers, out, native_bf16);
         std::string said;
         if (!buffers.empty()) said = "marked " + std::to_string(r.marked) + " stores non-temporal in " + std::to_string(r.functions) + " functions";
-        if (native_bf16) said += (said.empty() ? "" : "; ") + std::to_string(r.bf16) + " bf16 conversions native";
+        if (native_bf16) said += (said.empty() ? "" : "; ") + std::to_string(r.bf16) + " bf16 conversions native, " + std::to_string(r.contracted) + " float operations contractible";
         std::cout << said << "\n";
         return 0;
     }

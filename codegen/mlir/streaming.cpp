@@ -50,7 +50,10 @@ bool stores_to(const llvm::StoreInst &st, const std::vector<std::regex> &buffers
 }
 
 // Whether `v` is Halide's emulated float -> bfloat16 rounding of a float `f` before the shift:
-// bits + 0x7fff + ((bits >> 16) & 1), bits = bitcast(f), the three terms added in any order.
+// bits + 0x7fff + ((bits >> 16) & 1), bits = bitcast(f), the three terms added in any order. Returns
+// f, or the i32 bits themselves where no float is in sight: LLVM folds the bitcast of a float
+// loaded from memory into the load (fused add + RMSNorm's h, narrowed from its f32 row), and those
+// stores stayed emulated.
 llvm::Value *emulated_bf16_rounding(llvm::Value *v) {
     using namespace llvm::PatternMatch;
     std::vector<llvm::Value *> terms;
@@ -64,7 +67,8 @@ llvm::Value *emulated_bf16_rounding(llvm::Value *v) {
     if (terms.size() != 3) return nullptr;
     for (llvm::Value *bits : terms) {
         llvm::Value *f = nullptr;
-        if (!match(bits, m_BitCast(m_Value(f))) || !f->getType()->getScalarType()->isFloatTy()) continue;
+        if (!match(bits, m_BitCast(m_Value(f))) || !f->getType()->getScalarType()->isFloatTy()) f = bits;
+        if (!f->getType()->getScalarType()->isFloatTy() && !f->getType()->getScalarType()->isIntegerTy(32)) continue;
         bool half = false, lsb = false;
         for (llvm::Value *t : terms) {
             if (t == bits) continue;
@@ -98,7 +102,13 @@ int make_bf16_native(llvm::Function &f) {
         llvm::IRBuilder<> b(t);
         llvm::Type *bf = b.getBFloatTy();
         if (auto *vt = llvm::dyn_cast<llvm::VectorType>(t->getDestTy())) bf = llvm::VectorType::get(bf, vt->getElementCount());
-        llvm::Value *bits = b.CreateBitCast(b.CreateFPTrunc(floats[k], bf), t->getDestTy());
+        llvm::Value *x = floats[k];
+        if (!x->getType()->getScalarType()->isFloatTy()) {
+            llvm::Type *f32 = b.getFloatTy();
+            if (auto *vt = llvm::dyn_cast<llvm::VectorType>(x->getType())) f32 = llvm::VectorType::get(f32, vt->getElementCount());
+            x = b.CreateBitCast(x, f32);
+        }
+        llvm::Value *bits = b.CreateBitCast(b.CreateFPTrunc(x, bf), t->getDestTy());
         t->replaceAllUsesWith(bits);
         // The integer operations left without uses (each queued once; an erased one is no
         // longer anyone's operand, so it is never queued again).
@@ -115,6 +125,26 @@ int make_bf16_native(llvm::Function &f) {
         }
     }
     return (int)found.size();
+}
+
+// Halide compiles the whole value a bf16 store converts strictly: its float -> bfloat16 cast wraps
+// the value in strict_float, and any strict op makes the module per-instruction (no flags, and no
+// fusion by default). Every multiply and add of a bf16 kernel's loop so came out unfused (DyT: 13
+// vmulps + 10 vaddps an element where the f32 kernel has 10 FMAs). Contraction is the one relaxation
+// given back: it fuses a product into the sum that consumes it, never reorders, never assumes away
+// NaN or infinity, and cannot cross a rounding point, which in a bf16 kernel is a conversion to
+// bf16 or f16 (integer operations, or the native conversion made above), never a no-op to f32.
+int allow_contraction(llvm::Function &f) {
+    int n = 0;
+    for (llvm::BasicBlock &bb : f)
+        for (llvm::Instruction &i : bb) {
+            const unsigned op = i.getOpcode();
+            if (op != llvm::Instruction::FMul && op != llvm::Instruction::FAdd && op != llvm::Instruction::FSub) continue;
+            if (i.hasAllowContract()) continue;
+            i.setHasAllowContract(true);
+            ++n;
+        }
+    return n;
 }
 
 bool has_feature(const llvm::Function &f, const std::string &feature) {
@@ -263,7 +293,11 @@ StreamingResult compile_streaming_object(const std::string &bitcode_path, const 
     StreamingResult r;
     llvm::MDNode *nt = llvm::MDNode::get(ctx, {llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(llvm::Type::getInt32Ty(ctx), 1))});
     for (llvm::Function &f : *m) {
-        if (native_bf16 && has_feature(f, "+avx512bf16")) r.bf16 += make_bf16_native(f);
+        if (native_bf16 && has_feature(f, "+avx512bf16")) {
+            const int converted = make_bf16_native(f);
+            r.bf16 += converted;
+            if (converted > 0) r.contracted += allow_contraction(f);
+        }
         if (names.empty()) continue;
         bool any = false;
         for (llvm::BasicBlock &bb : f)

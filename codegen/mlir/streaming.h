@@ -20,6 +20,9 @@
 // some into -0 or infinities), and subnormal floats (below 1.2e-38) become zero. (A streaming
 // store of such a value keeps its integer type through an empty inline asm: LLVM 22 would fold
 // the bitcast into a store of bfloat vectors, which x86 has no non-temporal pattern for.)
+// In a function whose conversions it made native, every float multiply, add and subtract is also
+// marked contractible: Halide's conversion wraps the stored value in strict_float, which left the
+// whole computation of a bf16 output unfused (allow_contraction in streaming.cpp says why that is safe).
 #pragma once
 
 #include <string>
@@ -35,6 +38,7 @@ struct StreamingResult {
     int marked = 0;     // stores marked non-temporal
     int functions = 0;  // functions given an sfence before their returns
     int bf16 = 0;       // emulated float -> bfloat16 conversions made native
+    int contracted = 0; // float multiplies, adds and subtracts of those functions marked contractible
 };
 
 // Reads Halide's bitcode, marks the stores to `buffers` (output names, as Halide's alias-analysis

@@ -194,15 +194,34 @@ TEST_CASE("bf16 kernels for AVX512-BF16 convert natively, streaming stores stay 
     Result plain = normgen_cli("compile " + rms + " --dtype bf16 --target " + spr + " -o " + (dir / "b").string());
     INFO(plain.out);
     REQUIRE(plain.code == 0);
-    CHECK(schedule_texts(dir / "b" / "manifest.json").at("rms_norm__bf16__avx512__core").find("bf16 conversions native)") !=
+    CHECK(schedule_texts(dir / "b" / "manifest.json").at("rms_norm__bf16__avx512__core").find("bf16 conversions native, ") !=
           std::string::npos);
     // AMD's Zen 4 and later have AVX512-BF16 too: the same step, and the kernel asks the CPU for it.
     const std::string zen4 = "x86-64-linux-avx-avx2-avx512-avx512_skylake-avx512_cannonlake-avx512_zen4-f16c-fma-sse41";
     Result amd = normgen_cli("compile " + rms + " --dtype bf16 --target " + zen4 + " -o " + (dir / "z").string());
     INFO(amd.out);
     REQUIRE(amd.code == 0);
-    CHECK(schedule_texts(dir / "z" / "manifest.json").at("rms_norm__bf16__avx512__core").find("bf16 conversions native)") !=
+    CHECK(schedule_texts(dir / "z" / "manifest.json").at("rms_norm__bf16__avx512__core").find("bf16 conversions native, ") !=
           std::string::npos);
+    // The step also gives the bf16 kernels their multiply-adds back (Halide compiles a bf16 store's
+    // value strictly: DyT's rational tanh came out as 13 vmulps + 10 vaddps), and a rounding whose
+    // float was loaded as integers (fused add + RMSNorm's h, narrowed from its f32 row) is native too.
+    for (const char *layer : {"dyt", "fused_add_rms_norm"}) {
+        Result r = normgen_cli("compile " + src(std::string("dsl/catalog/") + layer + ".norm") + " --dtype bf16 --target " + spr +
+                               " -o " + (dir / layer).string());
+        INFO(r.out);
+        REQUIRE(r.code == 0);
+    }
+    const std::string dyt_text = schedule_texts(dir / "dyt" / "manifest.json").at("dyt__bf16__avx512__core");
+    CHECK(dyt_text.find("float operations contractible") != std::string::npos);
+    CHECK(dyt_text.find(" 0 float operations contractible") == std::string::npos);
+    const std::string dyt_asm = disassembly(dir / "dyt" / "dyt__bf16__avx512__core.o");
+    const std::string fused_asm = disassembly(dir / "fused_add_rms_norm" / "fused_add_rms_norm__bf16__avx512__core.o");
+    if (!dyt_asm.empty()) {
+        CHECK(dyt_asm.find("vfmadd") != std::string::npos);
+        CHECK(fused_asm.find("vcvtneps2bf16") != std::string::npos);
+        CHECK(fused_asm.find("vpmovdw") == std::string::npos);  // no emulated narrowing left
+    }
     std::string features;
     const nlohmann::json zm = nlohmann::json::parse(std::ifstream(dir / "z" / "manifest.json"));
     for (const auto &k : zm.at("kernels"))
