@@ -132,8 +132,11 @@ int make_bf16_native(llvm::Function &f) {
 // fusion by default). Every multiply and add of a bf16 kernel's loop so came out unfused (DyT: 13
 // vmulps + 10 vaddps an element where the f32 kernel has 10 FMAs). Contraction is the one relaxation
 // given back: it fuses a product into the sum that consumes it, never reorders, never assumes away
-// NaN or infinity, and cannot cross a rounding point, which in a bf16 kernel is a conversion to
-// bf16 or f16 (integer operations, or the native conversion made above), never a no-op to f32.
+// NaN or infinity, and cannot cross a rounding point to bf16 or f16 (integer operations, or the
+// native conversion made above). A point that rounds to f32 in a bf16 kernel (`round(e, to: w)`
+// naming a tensor stored as f32 there; no catalog layer has one) is a no-op in the IR, and a
+// product before it may be fused into the sum after it: the value then differs from the declared
+// rounding by less than the unit of f32 the verifier allows at such a point.
 int allow_contraction(llvm::Function &f) {
     int n = 0;
     for (llvm::BasicBlock &bb : f)
