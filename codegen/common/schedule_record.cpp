@@ -59,6 +59,11 @@ const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k) {
         {"group_vectors", 0, 0, 1, true, false,
          "channels-last statistics per group (GroupNorm NHWC): vectors along all channels (g, cg) instead of masked vectors per group, "
          "the per-group values read from per-channel tables (fast with fixed_inner_extent, which the tuner sets with it)"},
+        {"block_variance", 0, 0, 1, true, false,
+         "with group_vectors, a two-pass variance whose pass 1 is the layer's own mean (GroupNorm NHWC) by blocks of one index "
+         "of its outermost reduced axis: a block's mean, then its squared deviations from it while it is in cache, the blocks "
+         "combined exactly (sum of squares about each block's mean + squares of the blocks' means about the mean): both "
+         "statistics in one read of the data, no cancellation"},
         {"sample_statistics", 0, 0, 1, true, false,
          "root layout whose statistics all keep the outermost axis (GroupNorm NHWC's per sample and group): compute them per "
          "index of that axis inside the map's parallel loop, so a sample's later sweeps read it from cache, and a backward's "
@@ -314,6 +319,12 @@ std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &p
     if (plan.inner_pair_grouped && inner_extent > 1 && inner_extent <= kExactInnerWidth) {
         add("group_vectors", {0, 1});
         if (!space.empty() && space.back().knob == "group_vectors") space.back().with = {{"fixed_inner_extent", inner_extent}};
+        // Both statistics of a two-pass GroupNorm in one read (2 x 64 x 64 x 320: see README).
+        if (spec.variance == VarianceAlgorithm::TwoPass && spec.has_var_reduction()) {
+            add("block_variance", {0, 1});
+            if (!space.empty() && space.back().knob == "block_variance")
+                space.back().with = {{"group_vectors", 1}, {"fixed_inner_extent", inner_extent}};
+        }
     }
     if (plan.layout == LayoutClass::Row) add("row_in_cache", {1, 0});
     if (plan.statistics_per_outer_index(spec)) add("sample_statistics", {0, 1});

@@ -113,7 +113,8 @@ public:
           fixed_inner_(schedule.kind() == ScheduleKind::HalideCpu ? schedule.get("fixed_inner_extent") : 0),
           tables_(schedule.kind() == ScheduleKind::HalideCpu && schedule.flag("group_vectors") && plan.inner_pair_grouped &&
                   plan.main_order.size() >= 2 && !plan.stages.empty() &&
-                  !(plan.layout == LayoutClass::Row && schedule.flag("row_in_cache"))) {
+                  !(plan.layout == LayoutClass::Row && schedule.flag("row_in_cache"))),
+          block_variance_(tables_ && schedule.flag("block_variance") && spec.variance == VarianceAlgorithm::TwoPass) {
         p_.acc = spec.accumulate == DType::F64 ? Float(64) : Float(32);
         if (tables_) {
             tbl_inner_ = plan.main_order.back();
@@ -171,6 +172,9 @@ private:
     // (cg, its axes) instead: a dense load (with cg a constant, fixed_inner_extent, the fused index
     // is linear). The same operations on the same values (tests/halide/group_tables_test.cpp).
     const bool tables_;
+    // Two-pass variance by blocks (the record's block_variance, with group_vectors): see
+    // block_moments.
+    const bool block_variance_;
     AxisId tbl_inner_ = -1, tbl_outer_ = -1;
     bool consumer_inner_ = false;  // the Func being defined varies along tbl_inner_
     std::unordered_map<const Node *, Func> node_tables_;
@@ -424,6 +428,12 @@ private:
     Func reduction(const Node &n) {
         auto it = reduce_funcs_.find(&n);
         if (it != reduce_funcs_.end()) return it->second;
+        // A variance computed by blocks together with its mean (block_moments): lowering the mean
+        // defines both.
+        if (n.reduce == ReduceOp::Var && blocked_mean_of(n)) {
+            reduction(*blocked_mean_of(n));
+            return reduce_funcs_.at(&n);
+        }
         std::string base = "red" + std::to_string(reduce_funcs_.size()) + "_" + reduce_name(n.reduce);
         ReductionFuncs rf;
         rf.node = &n;
@@ -434,6 +444,19 @@ private:
         switch (n.reduce) {
         case ReduceOp::Sum: result = sum_of(n, base, operand, rf); break;
         case ReduceOp::Mean: {
+            if (const Node *v = blocked_variance_of(n)) {
+                auto [mu, var] = block_moments(n, base, pv, operand, rf);
+                result = mu;
+                rf.result = result;
+                p_.reductions.push_back(rf);
+                reduce_funcs_[&n] = result;
+                ReductionFuncs vr;
+                vr.node = v;
+                vr.result = var;
+                p_.reductions.push_back(vr);
+                reduce_funcs_[v] = var;
+                return result;
+            }
             Func k = shift(n, base, pv, operand, rf);
             Func s = sum_of(n, base + "_sum", [&](const Env &env) { return operand(env) - stat_at(k, n, env); }, rf);
             result = Func(base);
@@ -466,6 +489,95 @@ private:
         p_.reductions.push_back(rf);
         reduce_funcs_[&n] = result;
         return result;
+    }
+
+    // block_variance applies to a two-pass variance whose pass 1 is the declaration's own mean, over
+    // at least three axes, the innermost the group's channels (GroupNorm NHWC's (h, w, cg): a block
+    // is a row of pixels, swept along the channels as the statistics' usual sweep is).
+    const Node *blocked_mean_of(const Node &var) const {
+        if (!block_variance_ || var.reduce != ReduceOp::Var || var.over.size() < 3 || var.over.back() != tbl_inner_) return nullptr;
+        return find_mean_like(spec_, var);
+    }
+    const Node *blocked_variance_of(const Node &mean) const {
+        if (!block_variance_) return nullptr;
+        const Node *found = nullptr;
+        std::function<void(const Node &)> walk = [&](const Node &m) {
+            if (!found && m.kind == Node::Reduce && blocked_mean_of(m) == &mean) found = &m;
+            for (const auto &a : m.args) walk(*a);
+        };
+        for (const ValueDef &d : spec_.values) walk(*d.expr);
+        return found;
+    }
+
+    // A per-group value `f` over `axes` read at `env` inside a sweep along cg: from its table.
+    Expr group_value_at(const Func &f, const AxisSet &axes, const Env &env) {
+        if (!per_group(axes)) return f(args_at(axes, env));
+        return table_of(f, axes)(args_at(with_inner(axes), env));
+    }
+
+    // The mean and the two-pass variance of one operand, by blocks (block_variance). A block is one
+    // index b of the outermost reduced axis (GroupNorm NHWC's h: one row of pixels, every group).
+    // Pass 1 of a block: its mean m_b = k + sum_b(x - k) / n_b (k the mean's shift); pass 2, with
+    // the block in cache (the schedule computes a block's m_b just before its pass 2): the squared
+    // deviations from m_b, q_b = sum_b (x - m_b)^2, and again s_b = sum_b (x - k) (the same sum, so
+    // nothing computed per block outlives the block). Then exactly: mu = k + sum_b s_b / N, and
+    // N var = sum_b q_b + n_b sum_b (m_b - mu)^2, m_b = k + s_b / n_b: every term a square, no
+    // cancellation whatever the mean. The data are read from memory once for both statistics
+    // instead of twice. Returns (mu, var); the sweeps are updates of `rf` (the mean's).
+    std::pair<Func, Func> block_moments(const Node &n, const std::string &base, const std::vector<Var> &pv,
+                                        const std::function<Expr(const Env &)> &operand, ReductionFuncs &rf) {
+        const AxisId outer = n.over.front();
+        AxisSet rest(n.over.begin() + 1, n.over.end());
+        AxisSet bax = n.axes;
+        bax.insert(std::upper_bound(bax.begin(), bax.end(), outer), outer);
+        const std::vector<Var> bv = pure_vars(bax);
+        Func k = shift(n, base, pv, operand, rf);
+        const Expr nb = count_of(rest), count = count_of(n.over);
+        const Expr zero = cast(p_.acc, 0);
+
+        // Pass 1, per block.
+        auto [rr, raxes] = rdom_for(rest, "r_" + base + "_block");
+        const Env benv = bind(n, rr, raxes);  // the block's own index stays the pure var
+        Func b1(base + "_block_sum");
+        b1(bv) = zero;
+        b1(bv) += operand(benv) - stat_at(k, n, benv);
+        rf.updates.push_back({b1, rr, raxes, true});
+        Func mb(base + "_block_mean");
+        mb(bv) = k(pv) + b1(bv) / nb;
+        rf.block_funcs = {b1, mb};
+        if (per_group(bax)) rf.block_funcs.push_back(table_of(mb, bax));
+        rf.block_axis = outer;
+
+        // Pass 2, per block: (q_b, s_b).
+        auto [rq, qaxes] = rdom_for(rest, "r_" + base + "_block_ssd");
+        const Env qenv = bind(n, rq, qaxes);
+        Func b2(base + "_block_ssd");
+        b2(bv) = Tuple(zero, zero);
+        const Expr x = operand(qenv), d = x - group_value_at(mb, bax, qenv);
+        b2(bv) = Tuple(b2(bv)[0] + d * d, b2(bv)[1] + (x - stat_at(k, n, qenv)));
+        rf.block_second = (int)rf.updates.size();
+        rf.updates.push_back({b2, rq, qaxes, true});
+
+        // Over the blocks: a serial sum per statistic (one term a block).
+        RDom ro(0, p_.extent[outer], "r_" + base + "_blocks");
+        Env oenv = identity_env();
+        oenv[outer] = ro.x;
+        const std::vector<Expr> at = args_at(bax, oenv);
+        Func s1(base + "_sum");
+        s1(pv) = zero;
+        s1(pv) += b2(at)[1];
+        rf.updates.push_back({s1, ro, {outer}, true});
+        Func mu(base);
+        mu(pv) = k(pv) + s1(pv) / count;
+        Func s2(base + "_var_ssd");
+        s2(pv) = zero;
+        const Expr dm = k(pv) + b2(at)[1] / nb - mu(pv);
+        s2(pv) += b2(at)[0] + nb * (dm * dm);
+        rf.updates.push_back({s2, ro, {outer}, true});
+        rf.helpers.push_back(mb);
+        Func v(base + "_var");
+        v(pv) = s2(pv) / count;
+        return {mu, v};
     }
 
     Func variance(const Node &n, const std::string &base, const std::vector<Var> &pv,

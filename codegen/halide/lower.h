@@ -39,6 +39,12 @@ struct ReductionFuncs {
     std::vector<Update> updates;
     std::vector<Halide::Func> helpers;   // other Funcs of this reduction (e.g. Welford's lanes)
     std::vector<std::string> lane_funcs; // helpers whose first dimension is a vector lane
+    // A two-pass variance by blocks (block_variance, lower.cpp's block_moments): the update of pass
+    // 2 (a block's squared deviations from its mean), the Funcs the schedule computes per block
+    // just before it (pass 1's sum, the block's mean and its per-channel table), the block axis.
+    int block_second = -1;
+    std::vector<Halide::Func> block_funcs;
+    AxisId block_axis = -1;
 };
 
 struct LoweredPipeline {

@@ -121,8 +121,8 @@ int fused_reduced_axes(const ReductionFuncs::Update &u, const CpuSchedule &s, co
 //     sums the blocks per lane, vectorized; the last step adds the lanes.
 //   - `inner` is a pure axis of the reduction: make it the innermost loop and vectorize it.
 // Intermediates are computed at `at`.
-// Returns the sweep Func of a blocked sum over the innermost axis (blocked_rfactor), else an
-// undefined Func.
+// Returns the sweep Func of a blocked sum over the innermost axis (blocked_rfactor), or of one kept
+// along the contiguous axis (the channels-last form below), else an undefined Func.
 Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const LoweredPipeline &p, AxisId inner, int vw,
                       const CpuSchedule &s, const LoopLevel &at, AxisId next_outer = -1, const std::vector<AxisId> &order = {}) {
     Func f = u.func;
@@ -151,7 +151,12 @@ Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
                 ord.push_back(vout);
                 intm.reorder_storage(vin, adj, vout);
             } else {
-                intm.reorder_storage(vin, adj);
+                // (every dimension named: with a block axis kept too, a blocked variance's pass 2,
+                // Halide left g outside it, a scatter per vector)
+                std::vector<Var> dims{vin, adj};
+                for (const Var &v : intm.args())
+                    if (v.name() != vin.name() && v.name() != adj.name()) dims.push_back(v);
+                intm.reorder_storage(dims);
             }
             if (s.group_vectors) {
                 // Vectors along all channels, across the groups: (cg, g) run as one dense loop c
@@ -172,7 +177,7 @@ Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
             std::vector<RVar> rest{RVar(u.rdom[0].name())};
             if (nr >= 3) rest.push_back(RVar(u.rdom[nr - 1].name()));
             blocked_rfactor(f, rest, vw, s.sum_block, at);
-            return Func();
+            return intm;
         }
     }
     if (!u.associative) {
@@ -259,6 +264,14 @@ Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
             return Func();
         }
     return Func();
+}
+
+// Is `f` one of the Funcs a blocked variance computes per block (ReductionFuncs::block_funcs)?
+bool is_block_func(const std::vector<ReductionFuncs> &rs, const Func &f) {
+    for (const ReductionFuncs &rf : rs)
+        for (const Func &b : rf.block_funcs)
+            if (b.name() == f.name()) return true;
+    return false;
 }
 
 // sample_statistics: a sum over the outermost axis (a backward's d_weight, d_bias: over n, or
@@ -540,6 +553,7 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
         // with sample_statistics, per index of the map's outermost (parallel) axis, inside its loop.
         Var outer = p.vars[order[0]];
         per_sample = s.sample_statistics && plan.statistics_per_outer_index(spec);
+        AxisId block_axis = -1;  // a blocked variance's (for the description)
         for (ReductionFuncs &rf : p.reductions) {
             // (statistics_per_outer_index: a sum over the outermost axis is an output's whole value)
             if (per_sample && !rf.updates.empty() && std::count(rf.updates[0].rdom_axes.begin(), rf.updates[0].rdom_axes.end(), order[0])) {
@@ -547,6 +561,7 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
                 continue;
             }
             for (Func f : funcs_of(rf)) {
+                if (is_block_func(p.reductions, f)) continue;  // per block, below
                 if (per_sample) {
                     f.compute_at(y, outer);
                     continue;
@@ -563,10 +578,33 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
                 }
             }
             const AxisId next_outer = order.size() >= 2 ? order[order.size() - 2] : -1;
-            for (auto &u : rf.updates) {
+            Func second;  // a blocked variance's pass-2 sweep
+            for (size_t k = 0; k < rf.updates.size(); ++k) {
+                ReductionFuncs::Update &u = rf.updates[k];
                 bool has_pure = u.associative && u.func.dimensions() > 0;
-                vectorize_update(rf, u, p, inner, vw, s, has_pure ? LoopLevel(u.func, u.func.args().back()) : LoopLevel(u.func, Var::outermost()),
-                                 next_outer, order);
+                Func sweep = vectorize_update(rf, u, p, inner, vw, s,
+                                              has_pure ? LoopLevel(u.func, u.func.args().back()) : LoopLevel(u.func, Var::outermost()),
+                                              next_outer, order);
+                if ((int)k == rf.block_second) second = sweep;
+            }
+            // A blocked variance (block_variance): pass 1 of a block (its sum, its mean, the mean's
+            // per-channel table) inside pass 2's loop over the blocks, just before the block's own
+            // pass 2, which then reads the block from cache.
+            if (rf.block_second >= 0 && second.defined()) {
+                const LoopLevel per_block(second, Var(p.vars[rf.block_axis].name()));
+                // (stored in the loop around the blocks, pass 2's outermost, parallel without
+                // sample_statistics: one allocation, not one per block)
+                const bool has_outer = std::any_of(second.args().begin(), second.args().end(), [&](const Var &v) { return v.name() == outer.name(); });
+                for (Func f : rf.block_funcs) {
+                    if (has_outer) f.store_at(LoopLevel(second, outer));
+                    f.compute_at(per_block);
+                }
+                block_axis = rf.block_axis;
+            } else {
+                for (Func f : rf.block_funcs) {  // (pass 2 not a sweep along the channels: no interleaving)
+                    if (per_sample) f.compute_at(y, outer);
+                    else f.compute_root();
+                }
             }
         }
         y.parallel(outer).vectorize(map_inner(y), vw, TailStrategy::GuardWithIf);
@@ -581,12 +619,15 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
         else
             desc << "root schedule: statistics first (parallel over their outer axis), then the map parallel over "
                  << spec.axes[order[0]].name << ", vectorize " << spec.axes[inner].name << " x" << vw;
+        if (block_axis >= 0) desc << "; two-pass variance by blocks of one " << spec.axes[(size_t)block_axis].name
+                             << " (pass 1 and pass 2 of a block in turn, the block from cache)";
     }
     // The per-channel tables of per-group values (lower.h; group_vectors): small (one value per
     // channel and sample), computed once (at the root, or per sample with the statistics they
     // read), read as dense vectors by the fused loops.
     for (Func t : p.tables) {
-        if (per_sample) t.compute_at(y, p.vars[order[0]]);
+        if (is_block_func(p.reductions, t)) {}  // placed with its block
+        else if (per_sample) t.compute_at(y, p.vars[order[0]]);
         else t.compute_root();
         t.vectorize(t.args()[0], vw, TailStrategy::GuardWithIf);
     }

@@ -108,3 +108,51 @@ TEST_CASE("sample_statistics on the backward: per-sample partials where the plan
     const hl::JitKernel k(bn, DType::F32, host, Variant::Core, "sample_statistics=1");
     CHECK(k.schedule_text().find("statistics first") != std::string::npos);
 }
+
+// block_variance: GroupNorm NHWC's mean and two-pass variance by blocks of one row of pixels
+// (codegen/halide/lower.cpp, block_moments): a block's mean, then its squared deviations from it,
+// the blocks combined by the exact identity. Within the verifier's bound of the float64
+// reference, and near the default two-pass kernel, on data far from zero and on data whose
+// first pixel (the one the mean's shift is taken from) is an outlier: a one-sweep sum of squares
+// about the shift would lose ~3 digits there ((shift - mean)^2 / variance ~ 1000).
+TEST_CASE("block_variance: two-pass accuracy by blocks, one read of the data for both statistics", "[halide][schedule]") {
+    const NormSpec gn = catalog("group_norm_nhwc");
+    const Halide::Target host = hl::parse_target("host");
+    const hl::JitKernel def(gn, DType::F32, host, Variant::Core, "group_vectors=1");
+    for (const std::string knobs : {"block_variance=1,group_vectors=1,sample_statistics=1", "block_variance=1,group_vectors=1"}) {
+        const hl::JitKernel blocks(gn, DType::F32, host, Variant::Core, knobs);
+        INFO(knobs << ": " << blocks.schedule_text());
+        CHECK(blocks.schedule_text().find("two-pass variance by blocks of one h") != std::string::npos);
+        for (const bool outlier : {false, true}) {
+            INFO("outlier first pixel: " << outlier);
+            // 2 samples, 32 x 31 pixels (rows of odd width), 5 channels a group; x = 1e4 + N(0, 1).
+            const AxisExtents ext = choose_extents(gn, {{"n", 2}, {"h", 32}, {"w", 31}, {"cg", 5}}, 1);
+            RandomInputOptions opts;
+            opts.offset = 1e4;
+            opts.seed = 20261205 + (uint64_t)outlier;
+            TensorMap in = random_inputs(gn, ext, opts);
+            HostTensor &x = in.at("x");
+            const int64_t c = 32 * 5, sample = 32 * 31 * c;
+            if (outlier)
+                for (int64_t n = 0; n < 2; ++n)
+                    for (int64_t k = 0; k < c; ++k) x.data[(size_t)(n * sample + k)] = 1e4 + 300;
+            for (auto &[name, t] : in)
+                for (double &v : t.data) v = (double)(float)v;
+            const TensorMap a = def.run(in), b = blocks.run(in);
+            const HostTensor &ya = a.at("y"), &yb = b.at("y");
+            REQUIRE(yb.numel() == 2 * sample);
+            const TensorMap ref = evaluate_reference(gn, in), mag = evaluate_magnitudes(gn, in);
+            const OutputBound bound = spot_check_bound(gn, mag.at("y"));
+            const OutputCheck cb = compare_output("y", yb, ref.at("y"), DType::F32, bound);
+            const OutputCheck ca = compare_output("y", ya, ref.at("y"), DType::F32, bound);
+            INFO(mismatch_text(cb) << " worst err / bound: blocks " << cb.max_err << ", default " << ca.max_err);
+            CHECK(cb.pass);
+            // As close as the default two-pass kernel. (Not to its ulps: at 1e4 an f32 mean is
+            // 1e-3 coarse, so two exact two-pass kernels differ by far more than the ulps of y.)
+            CHECK(cb.max_err <= 2 * ca.max_err + 0.01);
+        }
+    }
+    // Without group_vectors the knob does nothing (the blocks need the per-channel tables).
+    const hl::JitKernel alone(gn, DType::F32, host, Variant::Core, "block_variance=1");
+    CHECK(alone.schedule_text().find("by blocks") == std::string::npos);
+}
