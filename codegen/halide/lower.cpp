@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <tuple>
 #include <unordered_map>
 
 namespace normgen::hl {
@@ -227,8 +228,14 @@ private:
     // Func `f` over reduction `r`'s kept axes, read in the reduction's operand at `env`: from a table
     // when the operand varies along cg and f does not.
     Expr stat_at(const Func &f, const Node &r, const Env &env) {
-        if (!iterates_inner(r) || !per_group(r.axes)) return f(args_at(r.axes, env));
-        return table_of(f, r.axes)(args_at(with_inner(r.axes), env));
+        if (!iterates_inner(r)) return f(args_at(r.axes, env));
+        return group_value_at(f, r.axes, env);
+    }
+
+    // A per-group value `f` over `axes` read at `env` inside a sweep along cg: from its table.
+    Expr group_value_at(const Func &f, const AxisSet &axes, const Env &env) {
+        if (!per_group(axes)) return f(args_at(axes, env));
+        return table_of(f, axes)(args_at(with_inner(axes), env));
     }
 
     // The ABI's tensors start at 0 and are dense, with one extent per axis across all tensors
@@ -441,21 +448,14 @@ private:
         const Node &arg = *n.args[0];
         Func result;
         auto operand = [&](const Env &env) { return lower_in(arg, env, iterates_inner(n)); };
+        const Node *blocked_var = nullptr;  // the variance lowered with this mean (block_moments)
+        Func blocked_var_func;
         switch (n.reduce) {
         case ReduceOp::Sum: result = sum_of(n, base, operand, rf); break;
         case ReduceOp::Mean: {
-            if (const Node *v = blocked_variance_of(n)) {
-                auto [mu, var] = block_moments(n, base, pv, operand, rf);
-                result = mu;
-                rf.result = result;
-                p_.reductions.push_back(rf);
-                reduce_funcs_[&n] = result;
-                ReductionFuncs vr;
-                vr.node = v;
-                vr.result = var;
-                p_.reductions.push_back(vr);
-                reduce_funcs_[v] = var;
-                return result;
+            if ((blocked_var = blocked_variance_of(n))) {
+                std::tie(result, blocked_var_func) = block_moments(n, base, pv, operand, rf);
+                break;
             }
             Func k = shift(n, base, pv, operand, rf);
             Func s = sum_of(n, base + "_sum", [&](const Env &env) { return operand(env) - stat_at(k, n, env); }, rf);
@@ -488,6 +488,13 @@ private:
         rf.result = result;
         p_.reductions.push_back(rf);
         reduce_funcs_[&n] = result;
+        if (blocked_var) {
+            ReductionFuncs vr;
+            vr.node = blocked_var;
+            vr.result = blocked_var_func;
+            p_.reductions.push_back(vr);
+            reduce_funcs_[blocked_var] = blocked_var_func;
+        }
         return result;
     }
 
@@ -507,12 +514,6 @@ private:
         };
         for (const ValueDef &d : spec_.values) walk(*d.expr);
         return found;
-    }
-
-    // A per-group value `f` over `axes` read at `env` inside a sweep along cg: from its table.
-    Expr group_value_at(const Func &f, const AxisSet &axes, const Env &env) {
-        if (!per_group(axes)) return f(args_at(axes, env));
-        return table_of(f, axes)(args_at(with_inner(axes), env));
     }
 
     // The mean and the two-pass variance of one operand, by blocks (block_variance). A block is one
