@@ -340,7 +340,15 @@ int cmd_compile(const std::vector<std::string> &args) {
         exec_mlir("compile", rest);
     }
     for (const std::string &t : targets) hl::parse_target(t);  // refuse a bad target before writing
-    hl::AotRequest req{file, dtypes, targets, out_dir, archive, schedule, grad_of, tuning, ""};
+    hl::AotRequest req;
+    req.source = file;
+    req.dtypes = dtypes;
+    req.targets = targets;
+    req.out_dir = out_dir;
+    req.archive = archive;
+    req.schedule_overrides = schedule;
+    req.grad_of = grad_of;
+    req.tuning_dir = tuning;
     nlohmann::json entries = hl::compile_halide_kernels(spec, req);
     hl::compile_halide_runtime((fs::path(out_dir) / "halide_runtime.o").string());
     write_manifest(entries, (fs::path(out_dir) / "manifest.json").string());
