@@ -204,10 +204,12 @@ TEST_CASE("normgen-measure: a candidate that computes something else fails verif
     auto library = [](const fs::path &cache) {
         for (const auto &e : fs::recursive_directory_iterator(cache)) {
             if (e.path().filename() != "kernel.so") continue;
-            std::ifstream m(e.path().parent_path() / "manifest.json");
-            std::stringstream t;
-            t << m.rdbuf();
-            if (t.str().find("\"streaming_stores\": true") == std::string::npos) return e.path().parent_path();
+            std::ifstream in(e.path().parent_path() / "manifest.json");
+            const json m = json::parse(in);
+            bool streams = false;
+            for (const json &k : m["kernels"])
+                streams = streams || k.value("schedule", json::object()).value("knobs", json::object()).value("streaming_stores", false);
+            if (!streams) return e.path().parent_path();
         }
         return fs::path();
     };
