@@ -270,6 +270,11 @@ StreamingRequirement streaming_requirement(const NormSpec &spec, const KernelPla
     return r;
 }
 
+bool record_runs_on(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &record, int64_t inner_extent) {
+    const StreamingRequirement st = streaming_requirement(spec, plan, record);
+    return st.alignment == 0 || inner_extent % st.multiple == 0;
+}
+
 std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &defaults, int64_t inner_extent,
                                        int64_t plane_extent) {
     std::vector<KnobChoice> space;

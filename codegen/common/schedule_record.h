@@ -77,6 +77,10 @@ struct StreamingRequirement {
     int alignment = 0;
 };
 StreamingRequirement streaming_requirement(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &record);
+// Whether a kernel of `record` runs on tensors whose innermost extent is `inner_extent`: not when
+// its streaming stores need a multiple the extent is not (vector_width=32 with streaming stores on
+// BatchNorm's 112-wide rows: Halide error -8 on the call, the registry takes the ordinary kernel).
+bool record_runs_on(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &record, int64_t inner_extent);
 
 // The schedule space a tuner searches for one plan (`normgen tune`): the knobs that change the
 // kernel of this plan, each with the values worth trying, most promising knob first; the record's

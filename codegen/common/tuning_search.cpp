@@ -4,8 +4,9 @@
 
 namespace normgen {
 
-void CoordinateSearch::add_backend(const std::string &backend, const ScheduleRecord &defaults, const std::vector<KnobChoice> &space) {
-    State s{defaults, std::nullopt, space, {defaults.text()}, {}, defaults};
+void CoordinateSearch::add_backend(const std::string &backend, const ScheduleRecord &defaults, const std::vector<KnobChoice> &space,
+                                   std::function<bool(const ScheduleRecord &)> runs) {
+    State s{defaults, std::nullopt, space, std::move(runs), {defaults.text()}, {}, defaults};
     state_.erase(backend);
     state_.emplace(backend, std::move(s));
     if (std::find(order_.begin(), order_.end(), backend) == order_.end()) order_.push_back(backend);
@@ -17,7 +18,7 @@ bool CoordinateSearch::State::first_try(const ScheduleRecord &r) {
     const std::string text = r.text();
     if (std::find(tried.begin(), tried.end(), text) != tried.end()) return false;
     tried.push_back(text);
-    return true;
+    return !runs || runs(r);
 }
 
 bool seed_fits(const ScheduleRecord &r, const ScheduleRecord &defaults, const std::vector<KnobChoice> &space) {

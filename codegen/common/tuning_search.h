@@ -24,6 +24,7 @@
 
 #include "codegen/common/schedule_record.h"
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -48,8 +49,11 @@ bool seed_fits(const ScheduleRecord &r, const ScheduleRecord &defaults, const st
 
 class CoordinateSearch {
 public:
-    // Per backend: its default record and its space (schedule_space()).
-    void add_backend(const std::string &backend, const ScheduleRecord &defaults, const std::vector<KnobChoice> &space);
+    // Per backend: its default record and its space (schedule_space()). `runs`, when given, says
+    // whether a record's kernel can run on the class's tensors (record_runs_on()): one that cannot
+    // is never proposed (it would be compiled only to fail on the call), as a seed or a step.
+    void add_backend(const std::string &backend, const ScheduleRecord &defaults, const std::vector<KnobChoice> &space,
+                     std::function<bool(const ScheduleRecord &)> runs = {});
 
     // A warm start for an added backend (see above); false, and nothing added, when `r` is not in
     // the backend's space or was already tried (the default). Seeds come in the first batch.
@@ -73,8 +77,9 @@ private:
         ScheduleRecord best;
         std::optional<SearchTiming> best_time;
         std::vector<KnobChoice> space;
+        std::function<bool(const ScheduleRecord &)> runs;  // empty: every record runs
         std::vector<std::string> tried;  // records' text
-        // Whether `r` is new to this backend (then it counts as tried).
+        // Whether `r` is new to this backend and can run (then it counts as tried).
         bool first_try(const ScheduleRecord &r);
         std::vector<size_t> sat_out;     // knobs (indices into space) skipped this pass for the race
         ScheduleRecord defaults;

@@ -968,8 +968,11 @@ private:
         // Coordinate descent (codegen/common/tuning_search.h): one knob per backend at a time, from
         // each backend's best so far; the bests and the defaults are timed beside every batch.
         CoordinateSearch search;
+        const int64_t inner_extent = j.extents.at((size_t)j.plan.main_order.back());
         for (const std::string &b : backends)
-            if (s.best.count(b)) search.add_backend(b, b == "halide" ? hdef : mdef, space[b]);
+            if (s.best.count(b))
+                search.add_backend(b, b == "halide" ? hdef : mdef, space[b],
+                                   [&, inner_extent](const ScheduleRecord &r) { return record_runs_on(*j.spec, j.plan, r, inner_extent); });
         add_seeds(search, j);
         std::map<std::string, size_t> by_record;  // backend|record text -> index into s.all
         for (const auto &[b, i] : s.best) by_record[b + "|" + (b == "halide" ? hdef : mdef).text()] = i;

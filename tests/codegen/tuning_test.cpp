@@ -445,6 +445,42 @@ TEST_CASE("the search finds a schedule planted in a toy space, and a rejected ca
     CHECK(batches <= 20);
 }
 
+TEST_CASE("a record whose streaming stores the class's rows cannot take is never proposed", "[tuning]") {
+    // 4112 = 16 x 257: streaming stores with 16-wide vectors, not with 32-wide ones (Halide error
+    // -8 on the call: BatchNorm training's backward on 112-wide rows did that in the tuner).
+    const NormSpec rms = catalog("rms_norm");
+    const KernelPlan plan = make_plan(rms, DType::F32, Variant::Core);
+    const ScheduleRecord def = choose_schedule(plan, ScheduleKind::HalideCpu, Isa::Avx512);
+    REQUIRE(def.get("vector_width") == 16);
+    ScheduleRecord wide = def;
+    wide.set("streaming_stores", 1);
+    CHECK(record_runs_on(rms, plan, wide, 4112));
+    wide.set("vector_width", 32);
+    CHECK_FALSE(record_runs_on(rms, plan, wide, 4112));
+    CHECK(record_runs_on(rms, plan, wide, 4096));
+    wide.set("streaming_stores", 0);
+    CHECK(record_runs_on(rms, plan, wide, 4112));
+    for (const int64_t extent : {4112, 4096}) {
+        CoordinateSearch s;
+        s.add_backend("halide", def, schedule_space(rms, plan, def, extent),
+                      [&](const ScheduleRecord &r) { return record_runs_on(rms, plan, r, extent); });
+        ScheduleRecord seed = wide;
+        seed.set("streaming_stores", 1);
+        CHECK(s.add_seed("halide", seed, "a 4096-wide class's winner") == (extent == 4096));
+        bool streamed_wide = false;
+        for (std::vector<SearchCandidate> batch = s.next(); !batch.empty(); batch = s.next()) {
+            std::vector<std::optional<SearchTiming>> t;
+            for (const SearchCandidate &c : batch) {
+                streamed_wide = streamed_wide || (c.record.flag("streaming_stores") && c.record.get("vector_width") == 32);
+                const double v = c.record.flag("streaming_stores") ? 0.5 : 1.0;  // streaming wins, then stays the best
+                t.push_back(SearchTiming{v, v, v});
+            }
+            s.report({{"halide", SearchTiming{1, 1, 1}}}, t);
+        }
+        CHECK(streamed_wide == (extent == 4096));
+    }
+}
+
 TEST_CASE("a seed from a neighbouring class comes first, wins when faster, and must lie in the space", "[tuning]") {
     const NormSpec rms = catalog("rms_norm");
     const KernelPlan plan = make_plan(rms, DType::F32, Variant::Core);
