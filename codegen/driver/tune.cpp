@@ -600,13 +600,14 @@ private:
     // Per declaration text and code generator, so an edited declaration or a newer normgen never
     // reuses an old candidate's object (the last number: how the objects are made, raised whenever
     // the code generated for an unchanged record changes: 2 since bf16 kernels for AVX512-BF16
-    // convert natively, 3 since AMD's Zen 4 targets do too and tanh is a rational function; a
-    // retune after those with the objects of 2 timed the old code for every record tried before).
+    // convert natively, 3 since AMD's Zen 4 targets do too and tanh is a rational function, 4 since
+    // a row sum's lanes are added by a vector reduce; a retune after those with the objects of 2
+    // timed the old code for every record tried before).
     std::string candidate_dir(const NormSpec &spec, DType dtype, Variant v, const std::string &what) const {
         const KernelIdentity id = kernel_identity(spec);
         std::string generator;
         for (char ch : id.generator) generator += std::isalnum((unsigned char)ch) ? ch : '-';
-        return (fs::path(cache_) / spec.name / (id.decl_hash + "-" + generator + "-objects3") / dtype_name(dtype) / variant_name(v) / what).string();
+        return (fs::path(cache_) / spec.name / (id.decl_hash + "-" + generator + "-objects4") / dtype_name(dtype) / variant_name(v) / what).string();
     }
 
     // -Bsymbolic: the library's normgen_kernel_table returns its own normgen::kKernelTable even in
