@@ -48,12 +48,13 @@ int count(const std::string &text, const std::string &what) {
 
 TEST_CASE("a row sum's lanes are added by a vector reduce where every lane holds a partial sum", "[halide][schedule]") {
     const NormSpec ln = catalog("layer_norm"), rms = catalog("rms_norm");
-    // LayerNorm: the mean, its refinement and the centred squares, three row sums; RMSNorm: one.
+    // LayerNorm: its mean's shift (the first 64 elements), the shifted sum and the centred squares,
+    // three row sums; RMSNorm: one.
     for (const std::string knobs : {"", "row_accumulators=1", "fixed_inner_extent=768"}) {
         INFO("layer_norm " << knobs);
         CHECK(count(lowered(ln, knobs), "vector_reduce_add") >= 3);
     }
     CHECK(count(lowered(rms, ""), "vector_reduce_add") >= 1);
-    // A constant width shorter than the lanes: the serial loop stays (no lane is left empty there).
+    // A constant width shorter than the lanes: the serial loop stays (some lanes hold no partial sum).
     CHECK(count(lowered(rms, "fixed_inner_extent=4"), "vector_reduce_add") == 0);
 }
