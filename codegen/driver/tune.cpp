@@ -85,7 +85,8 @@ usage: normgen tune FILE.norm... | --catalog [--backend halide,mlir] [--dtype f3
                      rewritten after every shape class (normgen compile --tuning DIR and
                      normgen_add_kernels(... TUNING DIR) build them)
   --grad             tune the backward layer (`normgen grad FILE`) instead
-  --cache DIR        keep the compiled candidates there (default: a temporary folder)
+  --cache DIR        keep the compiled candidates there (default: a temporary folder); reused
+                     only by the same build of normgen on the same declaration
   --rounds N         rounds of timing per batch (default 7; the last batch twice as many)
   --no-autoschedulers  skip the Adams2019 / Li2018 / Mullapudi2016 baselines
   --dry-run          print the shape classes and the schedule space; compile and time nothing
@@ -185,6 +186,31 @@ std::atomic<int> g_interrupts{0};
 extern "C" void on_sigint(int) { g_interrupts.fetch_add(1); }
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// FNV-1a of the bytes of the programs that generate the candidates: this one (the Halide backend is
+// linked in) and normgen-mlir beside it. A candidate's object is reused only by the build that made
+// it: a change to the code generated for an unchanged record (a schedule's lowering, a conversion)
+// cannot let a retune time the old code, with no number to remember to raise.
+std::string code_generator_fingerprint() {
+    uint64_t h = 1469598103934665603ull;
+    std::error_code ec;
+    const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    for (const std::string &p : {ec ? std::string() : self.string(), sibling_tool("normgen-mlir")}) {
+        std::ifstream in(p, std::ios::binary);
+        if (!in) {
+            h = (h ^ 0xffu) * 1099511628211ull;  // absent (no MLIR backend): still a distinct key
+            continue;
+        }
+        std::vector<char> buf(1 << 20);
+        while (in.read(buf.data(), (std::streamsize)buf.size()) || in.gcount() > 0) {
+            for (std::streamsize i = 0; i < in.gcount(); ++i) h = (h ^ (unsigned char)buf[(size_t)i]) * 1099511628211ull;
+            if (in.eof()) break;
+        }
+    }
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+    return hex;
+}
 
 // Runs `work` in a child process limited to `seconds` of wall time and `bytes` of address space:
 // Halide's autoschedulers can take minutes and more memory than the machine has on some pipelines
@@ -354,6 +380,8 @@ private:
     TuneOptions o_;
     TuningDb db_;
     std::string run_id_, cache_;
+    std::string generator_key_;  // code_generator_fingerprint(), computed on first use
+    std::set<std::string> pruned_;  // layers whose stale candidate folders candidate_dir removed
     bool temp_cache_ = false;
     std::unique_ptr<LineProcess> measure_;
     std::map<std::string, std::string> loaded_;  // library -> id in normgen-measure
@@ -597,17 +625,21 @@ private:
 
     // ---- compiling candidates ---------------------------------------------------------------------
 
-    // Per declaration text and code generator, so an edited declaration or a newer normgen never
-    // reuses an old candidate's object (the last number: how the objects are made, raised whenever
-    // the code generated for an unchanged record changes: 2 since bf16 kernels for AVX512-BF16
-    // convert natively, 3 since AMD's Zen 4 targets do too and tanh is a rational function, 4 since
-    // a row sum's lanes are added by a vector reduce; a retune after those with the objects of 2
-    // timed the old code for every record tried before).
-    std::string candidate_dir(const NormSpec &spec, DType dtype, Variant v, const std::string &what) const {
-        const KernelIdentity id = kernel_identity(spec);
-        std::string generator;
-        for (char ch : id.generator) generator += std::isalnum((unsigned char)ch) ? ch : '-';
-        return (fs::path(cache_) / spec.name / (id.decl_hash + "-" + generator + "-objects4") / dtype_name(dtype) / variant_name(v) / what).string();
+    // Per declaration text and build of the code generators, so an edited declaration or any other
+    // build of normgen never reuses an old candidate's object (a hand-raised number did this before
+    // and was forgotten once: a retune timed the old code for every record it had tried). The
+    // layer's objects of other declarations or builds are removed on first use: nothing can reuse
+    // them, and `normgen autoschedule`'s folder is loaded whole by normgen_bench --normgen_extra.
+    std::string candidate_dir(const NormSpec &spec, DType dtype, Variant v, const std::string &what) {
+        if (generator_key_.empty()) generator_key_ = code_generator_fingerprint();
+        const std::string key = kernel_identity(spec).decl_hash + "-" + generator_key_;
+        const fs::path layer_dir = fs::path(cache_) / spec.name;
+        if (pruned_.insert(spec.name).second && fs::is_directory(layer_dir)) {
+            std::error_code ec;
+            for (const fs::directory_entry &e : fs::directory_iterator(layer_dir, ec))
+                if (e.path().filename() != key) fs::remove_all(e.path(), ec);
+        }
+        return (layer_dir / key / dtype_name(dtype) / variant_name(v) / what).string();
     }
 
     // -Bsymbolic: the library's normgen_kernel_table returns its own normgen::kKernelTable even in

@@ -42,6 +42,8 @@ struct TinyRun {
     fs::path db = fresh_dir("tune-db"), cache = fresh_dir("tune-cache");
     Result r;
     TinyRun() {
+        // Another build's (or declaration's) candidates, which the run must remove, not reuse.
+        fs::create_directories(cache / "rms_norm" / "0123456789abcdef-objects4" / "f32");
         r = normgen_cli("tune " + catalog("rms_norm") + " --shapes 'rows=64,d=256' --budget 6 --rounds 2 --no-autoschedulers --db " + db.string() +
                         " --cache " + cache.string());
     }
@@ -87,6 +89,12 @@ TEST_CASE("tune: a tiny run writes verified records, one choice, and the index",
     }
     CHECK(backends == std::set<std::string>{"halide", "mlir"});
     CHECK(chosen_in_last == 1);
+    // The candidates' objects: one folder, the declaration's hash and this build's fingerprint.
+    std::vector<std::string> builds;
+    for (const fs::directory_entry &e : fs::directory_iterator(t.cache / "rms_norm")) builds.push_back(e.path().filename().string());
+    REQUIRE(builds.size() == 1);
+    CHECK(builds[0].size() == 16 + 1 + 16);
+    CHECK(builds[0].rfind(recs[0]["identity"]["decl_hash"].get<std::string>() + "-", 0) == 0);
     std::ifstream in(t.db / "best" / "rms_norm.json");
     REQUIRE(in);
     const json best = json::parse(in);
