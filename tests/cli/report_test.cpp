@@ -35,6 +35,20 @@ std::string read(const fs::path &p) {
 
 const std::string kSmall = std::string(NORMGEN_SOURCE_DIR) + "/tests/cli/data/bench_small.json";
 
+// `normgen report --no-plots` on `json` (the small file, edited by the test); its report.md.
+std::string report_of(const std::string &json) {
+    const fs::path in = fs::temp_directory_path() / ("normgen-report-in-" + fresh_dir().filename().string() + ".json");
+    std::ofstream(in) << json;
+    const fs::path dir = fresh_dir();
+    Result r = normgen_cli("report " + in.string() + " -o " + dir.string() + " --no-plots");
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    const std::string md = read(dir / "report.md");
+    fs::remove(in);
+    fs::remove_all(dir);
+    return md;
+}
+
 }  // namespace
 
 TEST_CASE("report: tables, speedups, losses, unsupported vendors and plots from a small JSON", "[cli][report]") {
@@ -127,15 +141,31 @@ TEST_CASE("report: the summary's DRAM-sized case is the layer's largest, not its
     const size_t at = text.find(key);
     REQUIRE(at != std::string::npos);
     text.insert(at + key.size(), "\n    \"llc_bytes\": \"16777216\",");
-    const fs::path in = fs::temp_directory_path() / ("normgen-report-llc-" + fresh_dir().filename().string() + ".json");
-    std::ofstream(in) << text;
-    const fs::path dir = fresh_dir();
-    Result r = normgen_cli("report " + in.string() + " -o " + dir.string() + " --no-plots");
-    INFO(r.out);
-    REQUIRE(r.code == 0);
-    const std::string md = read(dir / "report.md");
+    const std::string md = report_of(text);
     CHECK(md.find("| layer_norm | 2 | 16.00 GB/s (llama3-70b 16384x8192) | 40% (36-44%) |") != std::string::npos);
     CHECK(md.find("30.00 GB/s (llama3-8b 4096x4096)") == std::string::npos);
-    fs::remove(in);
-    fs::remove_all(dir);
+}
+
+TEST_CASE("report: a tuned row that ran the default's own kernel is 1.00x the default, not behind it", "[cli][report]") {
+    // The DRAM case's tuned and default rows labelled with one kernel (the class kept the default
+    // record), the tuned row slower by noise (10 GB/s to the default's 12): 1.00x, not listed as
+    // behind, 1.00 in the mean.
+    std::string text = read(kSmall);
+    for (const char *impl : {"normgen", "default"}) {
+        const std::string row = std::string("\"name\": \"layer_norm/llama3-70b/f32/16384x8192/") + impl + "/";
+        const size_t at = text.find(row);
+        REQUIRE(at != std::string::npos);
+        text.insert(at, std::string("\"label\": \"layer_norm__f32__avx512__core") + (impl[0] == 'n' ? " (tuned)" : "") + "\",\n      ");
+    }
+    const std::string tuned = "\"GBps\": 16.0";  // the DRAM case's tuned row only
+    const size_t at = text.find(tuned);
+    REQUIRE(at != std::string::npos);
+    REQUIRE(text.find(tuned, at + 1) == std::string::npos);
+    text.replace(at, tuned.size(), "\"GBps\": 10.0");
+    const std::string md = report_of(text);
+    CHECK(md.find("| 25% | **0.56x** | 1.00x (same kernel) |") != std::string::npos);
+    CHECK(md.find("Tuned / default: geo-mean 1.00x on 1 cases.") != std::string::npos);
+    // Behind Halide's Adams2019 (14 GB/s, another kernel), not behind the default.
+    CHECK(md.find("tuned 10.00 GB/s, adams2019 14.00 GB/s (0.71x") != std::string::npos);
+    CHECK(md.find("tuned 10.00 GB/s, default") == std::string::npos);
 }
