@@ -11,6 +11,7 @@
 #include "codegen/tool/subprocess.h"
 #include "dsl/checker.h"
 #include "dsl/grad.h"
+#include "dsl/printer.h"
 #include "runtime/errors.h"
 
 #include <nlohmann/json.hpp>
@@ -32,6 +33,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -187,28 +189,21 @@ extern "C" void on_sigint(int) { g_interrupts.fetch_add(1); }
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-// FNV-1a of the bytes of the programs that generate the candidates: this one (the Halide backend is
-// linked in) and normgen-mlir beside it. A candidate's object is reused only by the build that made
-// it: a change to the code generated for an unchanged record (a schedule's lowering, a conversion)
-// cannot let a retune time the old code, with no number to remember to raise.
+// text_hash (FNV-1a) of the bytes of the programs that generate the candidates: this one (the
+// Halide backend is linked in) and normgen-mlir beside it. A candidate's object is reused only by the
+// build that made it: a change to the code generated for an unchanged record (a schedule's lowering,
+// a conversion) cannot let a retune time the old code, with no number to remember to raise.
 std::string code_generator_fingerprint() {
-    uint64_t h = 1469598103934665603ull;
     std::error_code ec;
     const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    std::string bytes;
     for (const std::string &p : {ec ? std::string() : self.string(), sibling_tool("normgen-mlir")}) {
         std::ifstream in(p, std::ios::binary);
-        if (!in) {
-            h = (h ^ 0xffu) * 1099511628211ull;  // absent (no MLIR backend): still a distinct key
-            continue;
-        }
-        std::vector<char> buf(1 << 20);
-        while (in.read(buf.data(), (std::streamsize)buf.size()) || in.gcount() > 0) {
-            for (std::streamsize i = 0; i < in.gcount(); ++i) h = (h ^ (unsigned char)buf[(size_t)i]) * 1099511628211ull;
-            if (in.eof()) break;
-        }
+        // An absent program (no MLIR backend) leaves a marker: still a distinct key.
+        bytes += in ? std::string(std::istreambuf_iterator<char>(in), {}) : std::string("\xff");
     }
     char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+    std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)text_hash(bytes));
     return hex;
 }
 
