@@ -39,9 +39,9 @@ TEST_CASE("every catalog layer's plan: layout class, rows, split axes, CUDA bloc
         {"deepnorm", {L::Row, L::Row, "y", "rows", "rows", "rows", {"y"}}},
         {"dyt", {L::Map, L::Map, "y", "rows", "rows,d", "rows", {"y"}}},
         {"fused_add_rms_norm", {L::Row, L::Row, "h", "rows", "rows", "rows", {"h", "y"}}},  // h: the first of two same-shaped outputs
-        {"group_norm_nchw", {L::Row, L::Row, "y", "n,g", "n,g", "n,g", {"y"}}},
+        {"group_norm_nchw", {L::Row, L::Root, "y", "n,g", "n,g", "n,g", {"y", "mu", "rstd"}}},
         {"group_norm_nhwc", {L::Root, L::Root, "y", "", "n,g", "n,g", {"y"}}},
-        {"instance_norm", {L::Row, L::Row, "y", "n,c", "n,c", "n,c", {"y"}}},
+        {"instance_norm", {L::Row, L::Root, "y", "n,c", "n,c", "n,c", {"y", "mu", "rstd"}}},
         {"layer_norm", {L::Row, L::Root, "y", "rows", "rows", "rows", {"y", "mu", "rstd"}}},
         {"layer_norm_eps_outside_root", {L::Row, L::Row, "y", "rows", "rows", "rows", {"y"}}},
         {"layer_norm_last_two_axes", {L::Row, L::Row, "y", "n", "n", "n", {"y"}}},
