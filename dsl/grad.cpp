@@ -177,6 +177,27 @@ public:
                 // The divisors of a quotient stay divisors: sum(a / b) with b constant = sum(a) / b.
                 return mul(out, reduce(op, in, over));
             }
+            // Factors that vary along only some of the axes (GroupNorm's weight along cg, not h, w):
+            // the others are summed first over the axes none of those vary along,
+            // sum(w * d_y, over: cg, h, w) = sum(w * sum(d_y, over: h, w), over: cg). The inner sum
+            // is per (sample, channel), the one the other gradients of the layer sum too.
+            if (op == ReduceOp::Sum && inside.size() > 1) {
+                AxisSet light;
+                for (int f : inside)
+                    if (set_and(at(f).axes, over) != over) light = set_union(light, set_and(at(f).axes, over));
+                const AxisSet first = set_minus(over, light);
+                // Not when the first sum is over the outermost (sample) axis (DyT's d_alpha): that
+                // would be a sum over the rows, which the kernels take as partial sums per block
+                // of rows; the total sum stays one.
+                if (!light.empty() && !first.empty() && first.front() != at(a).axes.front()) {
+                    int heavy = lit(1), rest = lit(1);
+                    for (int f : inside) {
+                        if (set_and(at(f).axes, first).empty()) rest = mul(rest, f);
+                        else heavy = mul(heavy, f);
+                    }
+                    return mul(scale, reduce(op, mul(rest, reduce(op, heavy, first)), light));
+                }
+            }
             if (at(a).kind == G::Binary && at(a).binary == BinaryOp::Div && set_and(at(at(a).args[1]).axes, over).empty())
                 return mul(scale, div(reduce(op, at(a).args[0], over), at(a).args[1]));
         }
@@ -544,6 +565,32 @@ private:
         return s + "]";
     }
 
+    // An output that is one sum, sum(e, over: A), where the outputs also reach sum(e, over: S) with
+    // S a proper subset of A (GroupNorm's d_bias = sum(d_y, over: n, h, w) beside d_x's
+    // sum(d_y, over: h, w)): summed from that partial sum instead, one sweep of e fewer.
+    void share_partial_sums(std::vector<Output> &outs) {
+        std::set<int> seen;
+        std::vector<int> sums;
+        std::function<void(int)> walk = [&](int id) {
+            if (!seen.insert(id).second) return;
+            const G &n = g_.at(id);
+            if (n.kind == G::Reduce && n.reduce == ReduceOp::Sum) sums.push_back(id);
+            for (int a : n.args) walk(a);
+        };
+        for (const Output &o : outs) walk(o.expr);
+        for (Output &o : outs) {
+            const G n = g_.at(o.expr);
+            if (n.kind != G::Reduce || n.reduce != ReduceOp::Sum) continue;
+            int best = -1;
+            for (int id : sums) {
+                const G &p = g_.at(id);
+                if (p.args[0] != n.args[0] || p.over.size() >= n.over.size() || !set_minus(p.over, n.over).empty()) continue;
+                if (best < 0 || p.over.size() > g_.at(best).over.size()) best = id;
+            }
+            if (best >= 0) o.expr = g_.reduce(ReduceOp::Sum, best, set_minus(n.over, g_.at(best).over));
+        }
+    }
+
     GradResult emit() {
         GradResult r;
         // The gradient outputs, in the forward's tensor order.
@@ -584,6 +631,8 @@ private:
                 outs.push_back(o);
             }
         }
+
+        share_partial_sums(outs);
 
         if (outs.empty()) {
             auto file = std::make_shared<SourceFile>(SourceFile{f_.file, read_file_or_empty(f_.file)});

@@ -675,13 +675,20 @@ private:
         const std::string fn = kernel_function_name(spec.name, dtype, Backend::Halide, info.isa, variant);
         hl::CompiledObject c;
         ScheduleRecord defaults = choose_schedule(plan, ScheduleKind::HalideCpu, info.isa);
-        if (autoscheduler.empty()) {
-            c = hl::compile_halide_kernel(spec, plan, *record, t, fn, dir, "");
-            info.schedule = record;
-        } else {
-            const CpuFingerprint &cpu = this_cpu();
-            c = hl::compile_autoscheduled_kernel(spec, plan, autoscheduler, job->extents, cpu.threads, cpu.l3, t, fn, dir);
-            info.schedule = &defaults;  // the algorithm's parameters; the schedule is the autoscheduler's
+        // Halide::Error is not a std::exception: translated here, a candidate Halide refuses (a knob
+        // combination its scheduling rejects) is rejected like one that fails its check, instead of
+        // ending the whole run as an internal error.
+        try {
+            if (autoscheduler.empty()) {
+                c = hl::compile_halide_kernel(spec, plan, *record, t, fn, dir, "");
+                info.schedule = record;
+            } else {
+                const CpuFingerprint &cpu = this_cpu();
+                c = hl::compile_autoscheduled_kernel(spec, plan, autoscheduler, job->extents, cpu.threads, cpu.l3, t, fn, dir);
+                info.schedule = &defaults;  // the algorithm's parameters; the schedule is the autoscheduler's
+            }
+        } catch (const Halide::Error &e) {
+            throw std::runtime_error(std::string("Halide: ") + e.what());
         }
         info.schedule_text = c.text;
         json e = manifest_entry(spec, plan, info);
@@ -811,8 +818,11 @@ private:
         return true;
     }
 
-    void reject(State &s, const Candidate &c, const std::string &why) {
+    void reject(State &s, const Candidate &c, const std::string &why_text) {
         ++s.rejected;
+        // One line each in the log (Halide's messages span several).
+        std::string why = why_text;
+        std::replace(why.begin(), why.end(), '\n', ' ');
         const std::string line = utc_now() + " " + header(*s.job) + " " + c.label + ": " + why;
         progress_.line("  rejected " + c.label + ": " + why.substr(0, 300));
         fs::create_directories(o_.db);

@@ -219,8 +219,9 @@ TEST_CASE("backward plans: parameter gradients summed over the rows make a row l
     }
     CHECK(files >= 20);
     CHECK(with_columns >= 5);
-    // GroupNorm's rows: one group of one sample (its per-channel sum over h, w is held per block on
-    // CUDA); QKNorm's: one head of one token (d_weight sums over all three).
+    // GroupNorm's rows: one group of one sample (its per-channel sums over h, w are held per block on
+    // CUDA); QKNorm's: one head of one token (d_weight sums over all three); PolyNorm's: a row (its
+    // d_weight_i sum the rows' own dot products sum(x^i * d_y, over: d), times a per-row factor).
     CHECK(rows_form == std::map<std::string, std::string>{
-                           {"group_norm_nchw", "n,g"}, {"group_norm_nhwc", "n,g"}, {"qk_norm", "b,t,heads"}});
+                           {"group_norm_nchw", "n,g"}, {"group_norm_nhwc", "n,g"}, {"poly_norm", "rows"}, {"qk_norm", "b,t,heads"}});
 }

@@ -138,11 +138,11 @@ TEST_CASE("every backward has sm_90 kernels: the two-kernel form names its parti
     for (const char *l : {"layer_norm_grad", "rms_norm_grad", "dyt_grad", "fused_add_rms_norm_grad", "group_norm_nchw_grad", "group_norm_nhwc_grad",
                           "qk_norm_grad"})
         CHECK(two_kernel.count(l));
-    // GroupNorm: a row is one group of one sample; the sum over h, w per channel (NCHW's t2, NHWC's
-    // t3: NCHW reads the saved mu and rstd, NHWC recomputes them) is held per block. QKNorm: a row is one head of one token, d_weight sums over all three.
+    // GroupNorm: a row is one group of one sample; its sums over h, w per channel (NCHW's t2, of
+    // (x - mu) d_y, and t3, of d_y, which d_bias sums over n too) are held per block. QKNorm: a row is one head of one token, d_weight sums over all three.
     CHECK(rows["group_norm_nchw_grad"] == std::vector<std::string>{"n", "g"});
     CHECK(rows["group_norm_nhwc_grad"] == std::vector<std::string>{"n", "g"});
-    CHECK(held["group_norm_nchw_grad"] == std::set<std::string>{"t2"});
+    CHECK(held["group_norm_nchw_grad"] == std::set<std::string>{"t2", "t3"});
     CHECK(rows["qk_norm_grad"] == std::vector<std::string>{"b", "t", "heads"});
     CHECK(held["qk_norm_grad"].empty());
     CHECK(held["layer_norm_grad"].empty());

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -209,6 +210,35 @@ TEST_CASE("LayerNorm's backward is the classic form: saved mu and rstd, two redu
     GradResult r = differentiate(f, GradOptions{true});
     CHECK(r.saved.empty());
     CHECK(r.spec.reduction_axes_per_stage().size() == 2);  // mu and var (two-pass inside var), then the sums
+}
+
+TEST_CASE("GroupNorm's backward: saved statistics, per-channel sums over (h, w) that the group and parameter sums reuse", "[grad]") {
+    // sum(w * d_y, over: cg, h, w) is taken as sum(w * sum(d_y, over: h, w), over: cg), and d_bias
+    // as the sum over n of that per-channel sum: every sweep over x and d_y is one sum over (h, w).
+    auto over_names = [](const GradResult &g) {
+        std::multiset<std::string> out;
+        for (const Stage &s : g.spec.stages)
+            for (const NodePtr &r : s.reductions) {
+                std::string n;
+                for (AxisId a : r->over) n += (n.empty() ? "" : ",") + g.spec.axes[(size_t)a].name;
+                out.insert(n);
+            }
+        return out;
+    };
+    auto load = [](const std::string &layer) { return load_norm_file(std::string(NORMGEN_SOURCE_DIR) + "/dsl/catalog/" + layer + ".norm"); };
+    GradResult nchw = differentiate(load("group_norm_nchw"));
+    CHECK(nchw.saved == std::vector<std::string>{"mu", "rstd"});
+    CHECK(nchw.recomputed.empty());
+    CHECK(over_names(nchw) == std::multiset<std::string>{"h,w", "h,w", "cg", "cg", "n", "n"});
+    // NHWC declares no saved statistics (it recomputes mean and variance over (h, w, cg)); its
+    // parameter gradients still sum over n only.
+    const std::multiset<std::string> nhwc = over_names(differentiate(load("group_norm_nhwc")));
+    CHECK(nhwc.count("n") == 2);
+    CHECK(nhwc.count("n,h,w") == 0);
+    CHECK(nhwc.count("h,w") == 2);
+    // DyT's d_alpha stays one sum over rows and d (summing over the rows first would make it a
+    // column sum of its own).
+    CHECK(over_names(differentiate(load("dyt"))).count("rows,d") == 1);
 }
 
 TEST_CASE("BatchNorm training: no gradient for the running statistics, which reach only `updates` outputs", "[grad]") {
