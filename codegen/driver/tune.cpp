@@ -675,10 +675,9 @@ private:
         const std::string fn = kernel_function_name(spec.name, dtype, Backend::Halide, info.isa, variant);
         hl::CompiledObject c;
         ScheduleRecord defaults = choose_schedule(plan, ScheduleKind::HalideCpu, info.isa);
-        // Halide::Error is not a std::exception: translated here, a candidate Halide refuses (a knob
-        // combination its scheduling rejects) is rejected like one that fails its check, instead of
-        // ending the whole run as an internal error.
-        try {
+        // A candidate Halide refuses (a knob combination its scheduling rejects) is rejected like one
+        // that fails its check, instead of ending the whole run as an internal error.
+        hl::halide_errors_as_exceptions([&] {
             if (autoscheduler.empty()) {
                 c = hl::compile_halide_kernel(spec, plan, *record, t, fn, dir, "");
                 info.schedule = record;
@@ -687,9 +686,7 @@ private:
                 c = hl::compile_autoscheduled_kernel(spec, plan, autoscheduler, job->extents, cpu.threads, cpu.l3, t, fn, dir);
                 info.schedule = &defaults;  // the algorithm's parameters; the schedule is the autoscheduler's
             }
-        } catch (const Halide::Error &e) {
-            throw std::runtime_error(std::string("Halide: ") + e.what());
-        }
+        });
         info.schedule_text = c.text;
         json e = manifest_entry(spec, plan, info);
         // An autoscheduler's kernel says what it is and the shape it was scheduled for (normgen_bench

@@ -40,11 +40,7 @@ Isa isa_of(const Target &t) {
 
 std::function<int(const std::vector<std::string> &)> with_halide_errors(std::function<int(const std::vector<std::string> &)> command) {
     return [command = std::move(command)](const std::vector<std::string> &args) {
-        try {
-            return command(args);
-        } catch (const Halide::Error &e) {
-            throw std::runtime_error(std::string("Halide: ") + e.what());
-        }
+        return halide_errors_as_exceptions([&] { return command(args); });
     };
 }
 
@@ -61,12 +57,8 @@ struct JitKernel::Impl {
 
 JitKernel::JitKernel(const NormSpec &spec, DType dtype, const Target &target, Variant variant, const std::string &schedule_overrides)
     : impl_(std::make_unique<Impl>()) {
-    try {
-        build(spec, dtype, target, variant, schedule_overrides);
-    } catch (const Halide::Error &e) {
-        // A Halide error here is a normgen bug (the declaration was already checked).
-        throw std::runtime_error(std::string("Halide: ") + e.what());
-    }
+    // A Halide error here is a normgen bug (the declaration was already checked).
+    halide_errors_as_exceptions([&] { build(spec, dtype, target, variant, schedule_overrides); });
 }
 
 void JitKernel::build(const NormSpec &spec, DType dtype, const Target &target, Variant variant, const std::string &schedule_overrides) {
@@ -149,12 +141,10 @@ TensorMap JitKernel::run(const TensorMap &inputs, const Overrides &axis_override
         outs.push_back(b);
     }
     Realization r(outs);
-    try {
+    halide_errors_as_exceptions([&] {
         impl_->pipeline.realize(r, impl_->target);
         for (Buffer<> &b : outs) b.copy_to_host();  // a GPU kernel's outputs are on the device
-    } catch (const Halide::Error &e) {
-        throw std::runtime_error(std::string("Halide: ") + e.what());
-    }
+    });
     TensorMap result;
     for (size_t k = 0; k < p.outputs.size(); ++k) {
         const OutputInfo &o = spec.outputs[p.output_index[k]];

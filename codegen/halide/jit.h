@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -28,9 +29,20 @@ bool is_gpu_target(const Halide::Target &t);
 // The instruction set a CPU target compiles for: Avx512 when it has Halide's AVX512 feature.
 Isa isa_of(const Halide::Target &t);
 
-// `command`, with a Halide::Error escaping it rethrown as std::runtime_error carrying Halide's
-// message (Halide's errors do not derive from std::exception: run_tool would only know that
-// something unknown escaped). For the tools that compile Halide pipelines (normgen, normgen-gen).
+// f(), with a Halide::Error escaping it rethrown as std::runtime_error("Halide: " + its message):
+// Halide's errors do not derive from std::exception, so a caller's catch (const std::exception &)
+// (run_tool, the tuner rejecting one candidate) would not see them.
+template <class F>
+decltype(auto) halide_errors_as_exceptions(F &&f) {
+    try {
+        return f();
+    } catch (const Halide::Error &e) {
+        throw std::runtime_error(std::string("Halide: ") + e.what());
+    }
+}
+
+// `command` under halide_errors_as_exceptions (run_tool would otherwise only know that something
+// unknown escaped). For the tools that compile Halide pipelines (normgen, normgen-gen).
 std::function<int(const std::vector<std::string> &)> with_halide_errors(std::function<int(const std::vector<std::string> &)> command);
 
 class JitKernel : public CompiledKernel {
