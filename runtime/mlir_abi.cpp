@@ -20,6 +20,9 @@ struct Descriptor {
     int64_t &offset() { return words[2]; }
     int64_t &size(int d) { return words[3 + d]; }
     int64_t &stride(int d) { return words[3 + rank + d]; }
+    int64_t size(int d) const { return words[3 + d]; }
+    int64_t stride(int d) const { return words[3 + rank + d]; }
+    const int64_t *sizes() const { return words + 3; }
 };
 
 // A dense tensor: `sizes` outermost first.
@@ -65,26 +68,90 @@ struct Job {
     Descriptor base[kMlirMaxArgs];
     const int *dims = nullptr;  // the chosen candidate's row of info->split, or nullptr (one chunk)
     int64_t extent = 1, chunk = 1;
+    // Column partials (kMlirColumnPartial): tasks of chunks_per_task chunks each; per column output
+    // c its argument, element count, and place in a task's scratch (task_bytes each): the chunk's
+    // buffer at column_offset[c], the task's partial column_bytes[c] after it.
+    int tasks = 0, chunks = 0, chunks_per_task = 1;
+    int ncolumns = 0;
+    int column_arg[kMlirMaxArgs] = {};
+    int64_t column_elems[kMlirMaxArgs] = {};
+    int64_t column_offset[kMlirMaxArgs] = {};  // into a task's scratch, in bytes: the buffer, then the partial
+    int64_t column_bytes[kMlirMaxArgs] = {};   // each of the two, 64-byte aligned
+    int64_t task_bytes = 0;
+    uint8_t *scratch = nullptr;
 };
+
+// The descriptors of chunk `index` (the split axis cut to it).
+void chunk_descriptors(const Job &job, int index, Descriptor *d) {
+    const int n = job.info->nargs;
+    for (int a = 0; a < n; ++a) d[a] = job.base[a];
+    if (!job.dims) return;
+    int64_t begin = index * job.chunk, len = std::min(job.chunk, job.extent - begin);
+    for (int a = 0; a < n; ++a) {
+        int dim = job.dims[a];
+        if (dim < 0) continue;
+        d[a].offset() += begin * d[a].stride(dim);
+        d[a].size(dim) = len;
+    }
+}
+
+void call(const Job &job, Descriptor *d) {
+    void *ptrs[kMlirMaxArgs];
+    for (int a = 0; a < job.info->nargs; ++a) ptrs[a] = d[a].words;
+    invoke(job.info->ciface, job.info->nargs, ptrs);
+}
 
 int run_chunk(void *, int index, uint8_t *closure) {
     const Job &job = *reinterpret_cast<const Job *>(closure);
-    const int n = job.info->nargs;
     Descriptor d[kMlirMaxArgs];
-    void *ptrs[kMlirMaxArgs];
-    for (int a = 0; a < n; ++a) d[a] = job.base[a];
-    if (job.dims) {
-        int64_t begin = index * job.chunk, len = std::min(job.chunk, job.extent - begin);
-        for (int a = 0; a < n; ++a) {
-            int dim = job.dims[a];
-            if (dim < 0) continue;
-            d[a].offset() += begin * d[a].stride(dim);
-            d[a].size(dim) = len;
+    chunk_descriptors(job, index, d);
+    call(job, d);
+    return 0;
+}
+
+template <class T>
+void add_into(T *acc, const T *v, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) acc[i] += v[i];
+}
+void add_into(void *acc, const void *v, int64_t n, int elem_bytes) {
+    if (elem_bytes == 8) add_into(static_cast<double *>(acc), static_cast<const double *>(v), n);
+    else add_into(static_cast<float *>(acc), static_cast<const float *>(v), n);
+}
+
+// Task `t` of a call with column partials: its chunks in order, each writing the column outputs
+// into the task's buffer, added into the task's partials.
+int run_task(void *, int t, uint8_t *closure) {
+    const Job &job = *reinterpret_cast<const Job *>(closure);
+    uint8_t *mine = job.scratch + t * job.task_bytes;
+    const int first = t * job.chunks_per_task, last = std::min(job.chunks, first + job.chunks_per_task);
+    Descriptor d[kMlirMaxArgs];
+    for (int i = first; i < last; ++i) {
+        chunk_descriptors(job, i, d);
+        for (int c = 0; c < job.ncolumns; ++c) {
+            Descriptor &o = d[job.column_arg[c]];
+            const Descriptor &b = job.base[job.column_arg[c]];
+            describe(o, mine + job.column_offset[c], b.sizes(), b.rank, b.elem_bytes);
+        }
+        call(job, d);
+        for (int c = 0; c < job.ncolumns; ++c) {
+            const int eb = job.base[job.column_arg[c]].elem_bytes;
+            uint8_t *buf = mine + job.column_offset[c], *partial = buf + job.column_bytes[c];
+            if (i == first) std::copy(buf, buf + job.column_elems[c] * eb, partial);
+            else add_into(partial, buf, job.column_elems[c], eb);
         }
     }
-    for (int a = 0; a < n; ++a) ptrs[a] = d[a].words;
-    invoke(job.info->ciface, n, ptrs);
     return 0;
+}
+
+// Whether a column output can take partial sums: dense, f32 or f64.
+bool partial_ok(const Descriptor &b) {
+    if (b.elem_bytes != 4 && b.elem_bytes != 8) return false;
+    int64_t stride = 1;
+    for (int k = b.rank - 1; k >= 0; --k) {
+        if (b.stride(k) != stride) return false;
+        stride *= b.size(k);
+    }
+    return true;
 }
 
 // Halide's pool size: $HL_NUM_THREADS, else the core count. Read once (hardware_concurrency reads
@@ -101,13 +168,18 @@ int thread_count() {
 int run_job(Job &job, ParFor par_for) {
     const MlirKernelInfo &info = *job.info;
     // The first candidate long enough to give every thread a few chunks; else the longest one.
+    // A candidate with column partials only where they can be taken (partial_ok).
     const int threads = thread_count();
     int64_t best = 0;
     for (int c = 0; c < info.ncandidates; ++c) {
         const int *row = info.split + c * info.nargs;
         int64_t extent = -1;
-        for (int a = 0; a < info.nargs && extent < 0; ++a)
-            if (row[a] >= 0) extent = job.base[a].size(row[a]);
+        bool ok = true;
+        for (int a = 0; a < info.nargs; ++a) {
+            if (row[a] >= 0 && extent < 0) extent = job.base[a].size(row[a]);
+            if (row[a] == kMlirColumnPartial) ok = ok && partial_ok(job.base[a]);
+        }
+        if (!ok) continue;
         if (extent > best) {
             best = extent;
             job.dims = row;
@@ -133,7 +205,38 @@ int run_job(Job &job, ParFor par_for) {
         job.dims = nullptr;
     }
     if (chunks == 1) return run_chunk(nullptr, 0, reinterpret_cast<uint8_t *>(&job));
-    return par_for(nullptr, run_chunk, 0, chunks, reinterpret_cast<uint8_t *>(&job));
+    for (int a = 0; a < info.nargs; ++a) {
+        if (job.dims[a] != kMlirColumnPartial) continue;
+        int64_t n = 1;
+        for (int k = 0; k < job.base[a].rank; ++k) n *= job.base[a].size(k);
+        job.column_arg[job.ncolumns] = a;
+        job.column_elems[job.ncolumns] = n;
+        job.column_offset[job.ncolumns] = job.task_bytes;
+        job.column_bytes[job.ncolumns] = (n * job.base[a].elem_bytes + 63) / 64 * 64;
+        job.task_bytes += 2 * job.column_bytes[job.ncolumns];
+        ++job.ncolumns;
+    }
+    if (job.ncolumns == 0) return par_for(nullptr, run_chunk, 0, chunks, reinterpret_cast<uint8_t *>(&job));
+    // A few tasks a thread (contiguous runs of chunks), each with its own partials.
+    job.chunks = chunks;
+    job.chunks_per_task = (chunks + 4 * threads - 1) / (4 * threads);
+    job.tasks = (chunks + job.chunks_per_task - 1) / job.chunks_per_task;
+    uint8_t *scratch = static_cast<uint8_t *>(std::aligned_alloc(64, (size_t)(job.tasks * job.task_bytes)));
+    if (!scratch) return -1;
+    job.scratch = scratch;
+    int rc = par_for(nullptr, run_task, 0, job.tasks, reinterpret_cast<uint8_t *>(&job));
+    if (rc == 0)
+        for (int c = 0; c < job.ncolumns; ++c) {
+            Descriptor &o = job.base[job.column_arg[c]];
+            const int eb = o.elem_bytes;
+            const int64_t n = job.column_elems[c];
+            uint8_t *out = reinterpret_cast<uint8_t *>((intptr_t)o.words[1]) + o.offset() * eb;
+            const int64_t at = job.column_offset[c] + job.column_bytes[c];  // the partial in a task's scratch
+            std::copy(scratch + at, scratch + at + n * eb, out);
+            for (int t = 1; t < job.tasks; ++t) add_into(out, scratch + t * job.task_bytes + at, n, eb);
+        }
+    std::free(scratch);
+    return rc;
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 //
 // Threads: the kernel itself is serial; the runtime drives the parallelism. It picks one axis that
 // no reduction of the layer reduces and that every output has (rows for LayerNorm, c for
-// BatchNorm, n or g for GroupNorm), cuts it into chunks, and calls the kernel once per chunk on
+// BatchNorm, n or g for GroupNorm), or the rows of a backward whose parameter gradients sum over
+// them (kMlirColumnPartial), cuts it into chunks, and calls the kernel once per chunk on
 // sub-views (offset and size of that dimension adjusted), through a parallel-for. A chunk holds
 // about kMlirChunkBytes of the tensors along that axis, so that the kernel's passes over it (a
 // LayerNorm reads its rows three times) hit the core's L2 cache instead of memory (Halide's thread
@@ -27,11 +28,20 @@ struct MlirKernelInfo {
     int nargs = 0;
     int ncandidates = 0;
     // ncandidates x nargs: the memref dim (outermost first) of each argument along a candidate split
-    // axis, or -1 when the argument lacks it. Candidates in order of preference (outermost first).
+    // axis, or -1 when the argument lacks it, or kMlirColumnPartial. Candidates in order of
+    // preference (outermost first).
     const int *split = nullptr;
     void *ciface = nullptr;  // _mlir_ciface_<function>: void(void *d0, void *d1, ...), nargs pointers
     int64_t chunk_bytes = kMlirChunkBytes;  // the schedule record's chunk_bytes (mlir-cpu)
 };
+
+// An output that lacks the split axis and sums over it (a backward's d_weight = sum(..., over:
+// rows), the rows split): the kernel writes the sum over its chunk's rows, so each task's chunks
+// write into a buffer of the task's, added into the task's partial sums; after the tasks the
+// partials are added in task order (the same result on any thread count's schedule of the tasks)
+// into the output. Only for dense f32 / f64 outputs; a call with another one takes the next
+// candidate.
+constexpr int kMlirColumnPartial = -2;
 
 // The most arguments an MLIR kernel may take (the C call is spelled out per count).
 constexpr int kMlirMaxArgs = 16;

@@ -26,7 +26,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <set>
 #include <sstream>
 #include <sys/wait.h>
 
@@ -37,23 +39,41 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Per split axis of the plan (outermost first), the memref dim of each kernel argument along it, or -1.
+// Per split axis of the plan (outermost first), the memref dim of each kernel argument along it, or
+// -1; on the row axis of a plan with column sums, kMlirColumnPartial for the column outputs.
 struct Split {
     std::vector<AxisId> axes;
     std::vector<std::vector<int>> dims;
 };
 
-Split split_of(const KernelPlan &plan) {
+// Whether any expression of the layer counts along `axis` (count(over: rows) would be a chunk's
+// count in a chunk, not the call's).
+bool counts_along(const NormSpec &spec, AxisId axis) {
+    std::function<bool(const Node &)> walk = [&](const Node &n) {
+        if (n.kind == Node::Count && std::count(n.over.begin(), n.over.end(), axis)) return true;
+        return std::any_of(n.args.begin(), n.args.end(), [&](const NodePtr &a) { return walk(*a); });
+    };
+    return std::any_of(spec.values.begin(), spec.values.end(), [&](const auto &v) { return walk(*v.expr); });
+}
+
+Split split_of(const NormSpec &spec, const KernelPlan &plan) {
     Split s;
-    for (AxisId a : plan.split_axes) {
-        s.axes.push_back(a);
+    auto add = [&](AxisId a, const std::set<int> &columns) {
         std::vector<int> row;
         for (const PlanArg &arg : plan.args) {
             auto it = std::find(arg.atoms.begin(), arg.atoms.end(), a);
-            row.push_back(it == arg.atoms.end() ? -1 : (int)(it - arg.atoms.begin()));
+            if (it != arg.atoms.end()) row.push_back((int)(it - arg.atoms.begin()));
+            else row.push_back(arg.role == PlanArg::Output && columns.count(arg.output) ? kMlirColumnPartial : -1);
         }
+        s.axes.push_back(a);
         s.dims.push_back(row);
-    }
+    };
+    for (AxisId a : plan.split_axes) add(a, {});
+    // The rows of a backward whose parameter gradients sum over them (LayerNorm's d_weight): each
+    // chunk sums its own rows, the runtime adds the chunks' sums (runtime/mlir_abi.h). Without
+    // it the call was one serial chunk.
+    if (!plan.column_sums.empty() && plan.layout == LayoutClass::Row && plan.row_axes == 1 && !counts_along(spec, plan.main_order[0]))
+        add(plan.main_order[0], std::set<int>(plan.column_sums.begin(), plan.column_sums.end()));
     return s;
 }
 
@@ -74,7 +94,7 @@ public:
         auto module = lower_cpu(*ctx_, spec_, plan_, record_, fn);
         const StreamingArgs streaming = lower_cpu_to_llvm_dialect(*module);
         jit_ = std::make_unique<Jit>(*module, fn, streaming);
-        split_ = split_of(plan_);
+        split_ = split_of(spec_, plan_);
         for (const auto &row : split_.dims) flat_.insert(flat_.end(), row.begin(), row.end());
         info_.nargs = (int)plan_.args.size();
         info_.ncandidates = (int)split_.dims.size();
@@ -171,7 +191,7 @@ json compile_cpu_kernel(const NormSpec &spec, const KernelPlan &plan, const Sche
     auto module = lower_cpu(*ctx, spec, plan, record, function);
     const StreamingArgs streaming = lower_cpu_to_llvm_dialect(*module);
     const StreamingResult marked = emit_host_object(*module, (fs::path(out_dir) / (function + ".o")).string(), streaming);
-    Split split = split_of(plan);
+    Split split = split_of(spec, plan);
     info.schedule = &record;
     info.schedule_text = "linalg.generic per reduction and map -> scf loops -> LLVM O3 for the host (loop vectorizer, "
                          "reassociated sums); chunks along " +
