@@ -630,9 +630,13 @@ private:
         const std::string key = kernel_identity(spec).decl_hash + "-" + generator_key_;
         const fs::path layer_dir = fs::path(cache_) / spec.name;
         if (pruned_.insert(spec.name).second && fs::is_directory(layer_dir)) {
+            // Listed first, removed after: removing during the iteration leaves what the iterator
+            // sees next unspecified.
             std::error_code ec;
+            std::vector<fs::path> stale;
             for (const fs::directory_entry &e : fs::directory_iterator(layer_dir, ec))
-                if (e.path().filename() != key) fs::remove_all(e.path(), ec);
+                if (e.path().filename() != key) stale.push_back(e.path());
+            for (const fs::path &p : stale) fs::remove_all(p, ec);
         }
         return (layer_dir / key / dtype_name(dtype) / variant_name(v) / what).string();
     }
