@@ -71,9 +71,15 @@ Split split_of(const NormSpec &spec, const KernelPlan &plan) {
     for (AxisId a : plan.split_axes) add(a, {});
     // The rows of a backward whose parameter gradients sum over them (LayerNorm's d_weight): each
     // chunk sums its own rows, the runtime adds the chunks' sums (runtime/mlir_abi.h). Without
-    // it the call was one serial chunk.
-    if (!plan.column_sums.empty() && plan.layout == LayoutClass::Row && plan.row_axes == 1 && !counts_along(spec, plan.main_order[0]))
-        add(plan.main_order[0], std::set<int>(plan.column_sums.begin(), plan.column_sums.end()));
+    // it the call was one serial chunk. Not where a chunk's sum would be stored less precisely than
+    // it is accumulated (an f32 output of an f64-accumulating layer: each chunk's sum rounded to
+    // f32 broke the f64 bound), nor where an expression counts along the rows.
+    if (plan.column_sums.empty() || plan.layout != LayoutClass::Row || plan.row_axes != 1 || counts_along(spec, plan.main_order[0]))
+        return s;
+    for (const PlanArg *o : plan.outputs())
+        if (std::count(plan.column_sums.begin(), plan.column_sums.end(), o->output) && spec.accumulate == DType::F64 && o->dtype != DType::F64)
+            return s;
+    add(plan.main_order[0], std::set<int>(plan.column_sums.begin(), plan.column_sums.end()));
     return s;
 }
 
