@@ -118,8 +118,8 @@ void add_into(void *acc, const void *v, int64_t n, int elem_bytes) {
     else add_into(static_cast<float *>(acc), static_cast<const float *>(v), n);
 }
 
-// Task `t` of a call with column partials: its chunks in order, each writing the column outputs
-// into the task's buffer, added into the task's partials.
+// Task `t` of a call with column partials: its chunks in order; the first writes the column
+// outputs straight into the task's partials, each later one into the task's buffer, added into them.
 int run_task(void *, int t, uint8_t *closure) {
     const Job &job = *reinterpret_cast<const Job *>(closure);
     uint8_t *mine = job.scratch + t * job.task_bytes;
@@ -128,16 +128,15 @@ int run_task(void *, int t, uint8_t *closure) {
     for (int i = first; i < last; ++i) {
         chunk_descriptors(job, i, d);
         for (int c = 0; c < job.ncolumns; ++c) {
-            Descriptor &o = d[job.column_arg[c]];
             const Descriptor &b = job.base[job.column_arg[c]];
-            describe(o, mine + job.column_offset[c], b.sizes(), b.rank, b.elem_bytes);
+            uint8_t *buf = mine + job.column_offset[c];
+            describe(d[job.column_arg[c]], i == first ? buf + job.column_bytes[c] : buf, b.sizes(), b.rank, b.elem_bytes);
         }
         call(job, d);
+        if (i == first) continue;
         for (int c = 0; c < job.ncolumns; ++c) {
-            const int eb = job.base[job.column_arg[c]].elem_bytes;
-            uint8_t *buf = mine + job.column_offset[c], *partial = buf + job.column_bytes[c];
-            if (i == first) std::copy(buf, buf + job.column_elems[c] * eb, partial);
-            else add_into(partial, buf, job.column_elems[c], eb);
+            uint8_t *buf = mine + job.column_offset[c];
+            add_into(buf + job.column_bytes[c], buf, job.column_elems[c], job.base[job.column_arg[c]].elem_bytes);
         }
     }
     return 0;
