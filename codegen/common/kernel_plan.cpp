@@ -292,6 +292,14 @@ bool KernelPlan::statistics_per_outer_index(const NormSpec &spec) const {
     return over_outer == others.size();  // and no other output (saved statistics)
 }
 
+bool KernelPlan::statistics_per_second_index(const NormSpec &spec) const {
+    if (!statistics_per_outer_index(spec) || main_order.size() < 3) return false;
+    for (const PlanStage &st : stages)
+        for (const NodePtr &r : st.reductions)
+            if (!contains(r->over, main_order[0]) && (contains(r->over, main_order[1]) || !contains(r->axes, main_order[1]))) return false;
+    return true;
+}
+
 KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant) {
     KernelPlan p;
     p.layer = spec.name;

@@ -140,6 +140,10 @@ struct KernelPlan {
     // computed per index of that axis inside the map's loop, those sums as per-index partials in
     // the same loop (the halide-cpu knob sample_statistics). Not with saved statistics as outputs.
     bool statistics_per_outer_index(const NormSpec &spec) const;
+    // Such a plan whose statistics also keep the second axis of that order (GroupNorm NCHW's
+    // groups, InstanceNorm's channels): they may be computed per index of that axis, inside the
+    // map's loop over it (the halide-cpu knob group_statistics).
+    bool statistics_per_second_index(const NormSpec &spec) const;
 };
 
 KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant);

@@ -69,6 +69,10 @@ const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k) {
          "index of that axis inside the map's parallel loop, so a sample's later sweeps read it from cache, and a backward's "
          "sums over that axis (d_weight, d_bias) as per-sample partials there (the kernel is then parallel over that axis "
          "alone; ignored for a kernel that also writes saved statistics)"},
+        {"group_statistics", 0, 0, 1, true, false,
+         "with sample_statistics, statistics that also keep the second axis of the memory order (GroupNorm NCHW's groups, "
+         "InstanceNorm's channels) computed per index of that axis inside the map's loop over it: a group's sweeps after the "
+         "first read it from L1 / L2, not the whole sample from L2 / L3 (the backward's per-sample partials join that loop)"},
     };
     static const std::vector<KnobSpec> mlir_cpu{
         {"sum_block", 256, 1, int64_t(1) << 20, false, false, "elements of the innermost reduced axis per block of a blocked sum"},
@@ -333,6 +337,10 @@ std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &p
     }
     if (plan.layout == LayoutClass::Row) add("row_in_cache", {1, 0});
     if (plan.statistics_per_outer_index(spec)) add("sample_statistics", {0, 1});
+    if (plan.statistics_per_second_index(spec)) {
+        add("group_statistics", {0, 1});
+        if (!space.empty() && space.back().knob == "group_statistics") space.back().with = {{"sample_statistics", 1}};
+    }
     add("vector_width", {vw, 2 * vw});
     if (plan.layout == LayoutClass::Row) {
         add("row_accumulators", {1, 2, 4, 8});

@@ -77,9 +77,11 @@ bool is_lane_func(const ReductionFuncs &rf, const Func &f) {
 // block, the outermost other RVar) sums one block per lane (RVars between the innermost and the
 // outermost run inside that sum); then one level per remaining dimension (blocks, then the
 // outermost RVar), vectorized over the lanes, so no serial chain of partial sums is long; the last
-// step adds the lanes. Intermediates are computed at `at`. Returns the first rfactor intermediate:
+// step adds the lanes. Intermediates are computed at `at`, allocated at `hoist` when given (an
+// outer loop: not one heap allocation per group). Returns the first rfactor intermediate:
 // the Func whose update is the sweep over the data.
-Func blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, int block_vectors, const LoopLevel &at, Expr inner_extent = Expr()) {
+Func blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, int block_vectors, const LoopLevel &at, Expr inner_extent = Expr(),
+                     const std::optional<LoopLevel> &hoist = std::nullopt) {
     RVar ro("ro"), ri("ri"), rob("rob"), rib("rib");
     Var lanes("lanes"), block("block");
     f.update().split(rv[0], ro, ri, vw, TailStrategy::GuardWithIf).split(ro, rob, rib, block_vectors, TailStrategy::GuardWithIf);
@@ -91,6 +93,7 @@ Func blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, int block_vect
     for (size_t k = rv.size() >= 3 ? rv.size() - 1 : 1; k < rv.size(); ++k) keep.push_back({rv[k], Var("k" + std::to_string(k))});
     auto vectorized = [&](Func t, const Var &l) {
         t.compute_at(at);
+        if (hoist) t.hoist_storage(*hoist);
         // The lanes innermost in storage: rfactor puts the reduction's own pure dimensions first,
         // and when those span several rows (the statistics of a block of rows computed at once)
         // the lane accumulators would otherwise be a strided gather / scatter.
@@ -145,11 +148,12 @@ int fused_reduced_axes(const ReductionFuncs::Update &u, const CpuSchedule &s, co
 //     rfactor: intm(lanes, block, outer reduced coords) sums one block per lane; a second rfactor
 //     sums the blocks per lane, vectorized; the last step adds the lanes.
 //   - `inner` is a pure axis of the reduction: make it the innermost loop and vectorize it.
-// Intermediates are computed at `at`.
+// Intermediates are computed at `at` (allocated at `hoist` when given: blocked_rfactor's).
 // Returns the sweep Func of a blocked sum over the innermost axis (blocked_rfactor), or of one kept
 // along the contiguous axis (the channels-last form below), else an undefined Func.
 Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const LoweredPipeline &p, AxisId inner, int vw,
-                      const CpuSchedule &s, const LoopLevel &at, AxisId next_outer = -1, const std::vector<AxisId> &order = {}) {
+                      const CpuSchedule &s, const LoopLevel &at, AxisId next_outer = -1, const std::vector<AxisId> &order = {},
+                      const std::optional<LoopLevel> &hoist = std::nullopt) {
     Func f = u.func;
     // The innermost reduced axis is contiguous, the axis just outside it in memory is one the
     // statistic keeps (GroupNorm NHWC: reduce (cg, h, w) of [n, h, w, (g, cg)] per (n, g)), and
@@ -201,7 +205,7 @@ Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
             // can be long: 262144 channels a group broke the bf16 bound when added serially).
             std::vector<RVar> rest{RVar(u.rdom[0].name())};
             if (nr >= 3) rest.push_back(RVar(u.rdom[nr - 1].name()));
-            blocked_rfactor(f, rest, vw, s.sum_block, at);
+            blocked_rfactor(f, rest, vw, s.sum_block, at, Expr(), hoist);
             return intm;
         }
     }
@@ -236,9 +240,17 @@ Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
         }
         Expr summed = p.extent[u.rdom_axes[0]];
         for (int k = 1; k < fuse; ++k) summed = summed * p.extent[u.rdom_axes[(size_t)k]];
-        Func sweep = blocked_rfactor(f, rv, vw, s.sum_block, at, summed);
+        Func sweep = blocked_rfactor(f, rv, vw, s.sum_block, at, summed, hoist);
         // Specialized on non-empty axes, so Halide's x / 0 = 0 rule leaves the fused index linear.
-        if (fuse) sweep.update().specialize(nonempty);
+        // And first on whole vectors (GroupNorm's 8 x 8 planes): a plane shorter than one block
+        // of vectors runs in the tail loop of the block split, whose per-vector guard (a whole
+        // vector or a masked one) kept the lane accumulator in memory, a load-add-store chain
+        // per vector; with the guard folded away LLVM keeps it in a register (GroupNorm NCHW
+        // backward 8 x 1280 x 8 x 8 f32: see bench/README.md).
+        if (fuse) {
+            sweep.update().specialize(nonempty && summed % vw == 0);
+            sweep.update().specialize(nonempty);
+        }
         return rv.size() == 1 ? sweep : Func();
     }
     for (const Var &v : f.args())
@@ -306,8 +318,10 @@ bool is_block_func(const std::vector<ReductionFuncs> &rs, const Func &f) {
 // (compute_with), where the statistics they read and the sample's data are in cache; the sum
 // over the samples follows at the root. The partials' stage is vectorized along the innermost
 // axis of memory: a kept axis (NHWC's cg) as is, with the outermost other reduced axis (h) kept
-// too so no lane adds more than a row; a reduced one (NCHW's w) split into lanes.
-void sample_partials(ReductionFuncs &rf, const LoweredPipeline &p, Func y, const std::vector<AxisId> &order, const CpuSchedule &s) {
+// too so no lane adds more than a row; a reduced one (NCHW's w) split into lanes. `at`: the map's
+// loop the partials' stage is fused into (the samples', or the second axis' with group_statistics).
+void sample_partials(ReductionFuncs &rf, const LoweredPipeline &p, Func y, const std::vector<AxisId> &order, const CpuSchedule &s,
+                     const Var &at) {
     ReductionFuncs::Update &u = rf.updates[0];
     NORMGEN_ASSERT(rf.updates.size() == 1 && u.associative && u.rdom_axes.back() == order[0],
                    "a sum over the samples is one associative update whose outermost reduced axis is the samples'");
@@ -350,7 +364,7 @@ void sample_partials(ReductionFuncs &rf, const LoweredPipeline &p, Func y, const
         part.update().vectorize(ord[0].var, s.vector_width, TailStrategy::GuardWithIf);
         part.vectorize(ord[0].var, s.vector_width, TailStrategy::GuardWithIf);
     }
-    part.update().compute_with(y, sample);
+    part.update().compute_with(y, at);
 }
 
 }  // namespace
@@ -372,6 +386,7 @@ CpuSchedule CpuSchedule::from(const ScheduleRecord &r) {
     s.column_block_elements = (int)r.get("column_block_elements");
     s.fuse_inner_pair = r.flag("fuse_inner_pair");
     s.sample_statistics = r.flag("sample_statistics");
+    s.group_statistics = r.flag("group_statistics");
     return s;
 }
 
@@ -583,17 +598,28 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
         // with sample_statistics, per index of the map's outermost (parallel) axis, inside its loop.
         Var outer = p.vars[order[0]];
         per_sample = s.sample_statistics && plan.statistics_per_outer_index(spec);
+        // group_statistics: those statistics per index of the map's second axis instead (a group
+        // of GroupNorm NCHW, 40 channels of 8 x 8 = 10 KiB of each tensor), computed in its loop
+        // over that axis: the group's later sweeps (the second sum, the map) read it from L1, not
+        // the sample's slab (960 KiB for the backward at 1280 channels) from L2 / L3. The
+        // per-sample partials of the sums over the samples join that loop. (Not with per-channel
+        // tables, computed per sample.)
+        const bool per_group = per_sample && s.group_statistics && plan.statistics_per_second_index(spec) && p.tables.empty();
+        const Var stats_at = per_group ? p.vars[order[1]] : outer;
+        // (their buffers allocated once a sample: per group, each was a heap allocation)
+        const std::optional<LoopLevel> group_storage = per_group ? std::optional<LoopLevel>(LoopLevel(y, outer)) : std::nullopt;
         AxisId block_axis = -1;  // a blocked variance's (for the description)
         for (ReductionFuncs &rf : p.reductions) {
             // (statistics_per_outer_index: a sum over the outermost axis is an output's whole value)
             if (per_sample && !rf.updates.empty() && std::count(rf.updates[0].rdom_axes.begin(), rf.updates[0].rdom_axes.end(), order[0])) {
-                sample_partials(rf, p, y, order, s);
+                sample_partials(rf, p, y, order, s, stats_at);
                 continue;
             }
             for (Func f : funcs_of(rf)) {
                 if (is_block_func(p.reductions, f)) continue;  // per block, below
                 if (per_sample) {
-                    f.compute_at(y, outer);
+                    f.compute_at(y, stats_at);
+                    if (group_storage) f.hoist_storage(*group_storage);
                     continue;
                 }
                 f.compute_root();
@@ -614,7 +640,7 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
                 bool has_pure = u.associative && u.func.dimensions() > 0;
                 Func sweep = vectorize_update(rf, u, p, inner, vw, s,
                                               has_pure ? LoopLevel(u.func, u.func.args().back()) : LoopLevel(u.func, Var::outermost()),
-                                              next_outer, order);
+                                              next_outer, order, group_storage);
                 if ((int)k == rf.block_second) second = sweep;
             }
             // A blocked variance (block_variance): pass 1 of a block (its sum, its mean, the mean's
@@ -632,7 +658,7 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
                 block_axis = rf.block_axis;
             } else {
                 for (Func f : rf.block_funcs) {  // (pass 2 not a sweep along the channels: no interleaving)
-                    if (per_sample) f.compute_at(y, outer);
+                    if (per_sample) f.compute_at(y, stats_at);
                     else f.compute_root();
                 }
             }
@@ -643,7 +669,10 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
             f.parallel(outer).vectorize(vi, vw, TailStrategy::GuardWithIf);
             f.compute_with(y, outer);
         }
-        if (per_sample)
+        if (per_group)
+            desc << "root schedule: per " << spec.axes[order[0]].name << " (parallel) and " << spec.axes[order[1]].name
+                 << ", its statistics, then its map; vectorize " << spec.axes[inner].name << " x" << vw;
+        else if (per_sample)
             desc << "root schedule: per " << spec.axes[order[0]].name << " (parallel), its statistics, then its map; vectorize "
                  << spec.axes[inner].name << " x" << vw;
         else

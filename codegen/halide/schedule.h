@@ -57,6 +57,7 @@ struct CpuSchedule {
     bool group_vectors = false;     // channels-last per-group statistics and map vectorized across groups
     bool streaming_stores = false;  // (the lowering declares the outputs aligned; the map then keeps its rows apart)
     bool sample_statistics = false; // root layout: statistics per index of the outermost axis, inside the map's loop
+    bool group_statistics = false;  // with it: those keeping the second axis per index of that axis
     static CpuSchedule from(const ScheduleRecord &r);
 };
 

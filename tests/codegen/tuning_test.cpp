@@ -7,6 +7,7 @@
 #include "codegen/common/tuning_keys.h"
 #include "codegen/common/tuning_search.h"
 #include "dsl/checker.h"
+#include "dsl/grad.h"
 #include "runtime/errors.h"
 
 #include <catch2/catch.hpp>
@@ -333,8 +334,8 @@ TEST_CASE("tuning database: round trip, compaction to the latest choice, stale r
 }
 
 TEST_CASE("the schedule space follows the plan", "[tuning]") {
-    auto knobs = [](const std::string &layer, int64_t inner_extent, Isa isa = Isa::Avx2) {
-        const NormSpec s = catalog(layer);
+    auto knobs = [](const std::string &layer, int64_t inner_extent, Isa isa = Isa::Avx2, bool grad = false) {
+        const NormSpec s = grad ? differentiate(catalog(layer)).spec : catalog(layer);
         const KernelPlan p = make_plan(s, DType::F32, Variant::Core);
         std::vector<std::string> names;
         const ScheduleRecord def = choose_schedule(p, ScheduleKind::HalideCpu, isa);
@@ -365,6 +366,15 @@ TEST_CASE("the schedule space follows the plan", "[tuning]") {
     CHECK(has(knobs("group_norm_nhwc", 10), "sample_statistics"));
     CHECK_FALSE(has(knobs("batch_norm_train", 7), "sample_statistics"));
     CHECK_FALSE(has(knobs("group_norm_nchw", 64), "sample_statistics"));
+    // ... and per group inside it: the backward of GroupNorm NCHW (statistics per (n, g), the
+    // second axis of the memory order), not GroupNorm NHWC's (its second axis, h, is reduced), nor
+    // InstanceNorm's (no parameters, so no sums over n: a row plan, each plane's sums in cache).
+    CHECK(has(knobs("group_norm_nchw", 8, Isa::Avx512, true), "group_statistics"));
+    CHECK_FALSE(has(knobs("instance_norm", 64, Isa::Avx512, true), "group_statistics"));
+    CHECK(has(knobs("group_norm_nhwc", 10, Isa::Avx512, true), "sample_statistics"));
+    CHECK_FALSE(has(knobs("group_norm_nhwc", 10, Isa::Avx512, true), "group_statistics"));
+    CHECK_FALSE(has(knobs("group_norm_nhwc", 10), "group_statistics"));
+    CHECK_FALSE(has(knobs("group_norm_nchw", 64), "group_statistics"));
     const NormSpec ln = catalog("layer_norm");
     const KernelPlan p = make_plan(ln, DType::F32, Variant::Core);
     const auto mlir = schedule_space(ln, p, choose_schedule(p, ScheduleKind::MlirCpu, Isa::Avx2), 4096);
