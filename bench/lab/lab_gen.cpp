@@ -19,7 +19,9 @@
 #include "codegen/tool/options.h"
 #include "codegen/tool/tool_main.h"
 #include "dsl/checker.h"
+#include "runtime/errors.h"
 
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -52,6 +54,8 @@ int run(const std::vector<std::string> &a) {
         else file = a[i];
     }
     if (file.empty() || variant.empty() || out.empty() || fragment.empty()) throw Usage("FILE --variant NAME --out DIR --fragment F.json");
+    // (checked before anything is compiled: Halide's own error for a missing folder names only a file)
+    if (!std::filesystem::is_directory(out)) throw UserError("--out " + out + ": no such folder");
     NormSpec spec = load_norm_file(file);
     Halide::Target t = hl::parse_target("host").with_feature(Halide::Target::NoRuntime).without_feature(Halide::Target::JIT);
     KernelPlan plan = make_plan(spec, dtype, Variant::Core);
@@ -92,4 +96,4 @@ usage:
 --llvm writes LLVM assembly instead of the static library. The function is lab__<variant>__<layer>__<dtype>.
 )";
 
-int main(int argc, char **argv) { return run_tool("normgen-lab-gen", argc, argv, run, kHelp); }
+int main(int argc, char **argv) { return run_tool("normgen-lab-gen", argc, argv, hl::with_halide_errors(run), kHelp); }
