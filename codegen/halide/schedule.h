@@ -14,7 +14,10 @@
 //     sample_statistics, when the statistics all keep the outermost axis (GroupNorm NHWC's, per
 //     sample and group), they are computed per sample inside the map's parallel loop instead: the
 //     sample's slab is read from DRAM once, its later sweeps hit the cache; a backward's sums over
-//     that axis (d_weight, d_bias) become per-sample partials in the same loop.
+//     that axis (d_weight, d_bias) become per-sample partials in the same loop. With
+//     group_statistics, statistics that also keep the next axis (GroupNorm NCHW backward's per
+//     group) are computed per index of it, inside the map's loop over it: a group's later sweeps
+//     hit L1 / L2 instead of re-reading the sample's slab.
 //   - map layout (DyT, BatchNorm eval): parallel over the outer axis, vectorized along the inner one
 //     (the two innermost fused when the plan allows it and fuse_inner_pair is on).
 // Reductions along the contiguous axis are split by vector_width, blocked by sum_block vectors and
