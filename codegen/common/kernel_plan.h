@@ -141,7 +141,8 @@ struct KernelPlan {
     // the same loop (the halide-cpu knob sample_statistics). Not with saved statistics as outputs.
     bool statistics_per_outer_index(const NormSpec &spec) const;
     // Such a plan whose statistics also keep the second axis of that order (GroupNorm NCHW's
-    // groups, InstanceNorm's channels): they may be computed per index of that axis, inside the
+    // groups, an affine InstanceNorm's channels; the catalog's InstanceNorm has no parameters, so its
+    // backward is a row plan): they may be computed per index of that axis, inside the
     // map's loop over it (the halide-cpu knob group_statistics).
     bool statistics_per_second_index(const NormSpec &spec) const;
 };

@@ -71,7 +71,7 @@ const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k) {
          "alone; ignored for a kernel that also writes saved statistics)"},
         {"group_statistics", 0, 0, 1, true, false,
          "with sample_statistics, statistics that also keep the second axis of the memory order (GroupNorm NCHW's groups, "
-         "InstanceNorm's channels) computed per index of that axis inside the map's loop over it: a group's sweeps after the "
+         "an affine InstanceNorm's channels) computed per index of that axis inside the map's loop over it: a group's sweeps after the "
          "first read it from L1 / L2, not the whole sample from L2 / L3 (the backward's per-sample partials join that loop)"},
     };
     static const std::vector<KnobSpec> mlir_cpu{
