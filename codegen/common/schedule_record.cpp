@@ -288,10 +288,11 @@ std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &p
             inner_multiple = m;
             break;
         }
-    auto add = [&](const std::string &knob, std::vector<int64_t> values) {
+    // `with`: knobs set together with every nonzero value (KnobChoice::with).
+    auto add = [&](const std::string &knob, std::vector<int64_t> values, std::vector<std::pair<std::string, int64_t>> with = {}) {
         const int64_t d = defaults.get(knob);
         if (std::find(values.begin(), values.end(), d) == values.end()) values.insert(values.begin(), d);
-        if (values.size() > 1) space.push_back({knob, values});
+        if (values.size() > 1) space.push_back({knob, values, std::move(with)});
     };
     if (defaults.kind() == ScheduleKind::MlirCpu) {
         // Streaming stores first where rows (or, fused, planes) can start on 64-byte lines (the
@@ -326,21 +327,15 @@ std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &p
     // Vectors across the groups read x densely only where the group's width is a constant
     // (GroupNorm NHWC 2 x 64 x 64 x 320 on AVX-512: 0.8 GB/s without, 25 with, 6.9 the default).
     if (plan.inner_pair_grouped && inner_extent > 1 && inner_extent <= kExactInnerWidth) {
-        add("group_vectors", {0, 1});
-        if (!space.empty() && space.back().knob == "group_vectors") space.back().with = {{"fixed_inner_extent", inner_extent}};
+        add("group_vectors", {0, 1}, {{"fixed_inner_extent", inner_extent}});
         // Both statistics of a two-pass GroupNorm in one read (2 x 64 x 64 x 320: see README).
         if (spec.variance == VarianceAlgorithm::TwoPass && spec.has_var_reduction()) {
-            add("block_variance", {0, 1});
-            if (!space.empty() && space.back().knob == "block_variance")
-                space.back().with = {{"group_vectors", 1}, {"fixed_inner_extent", inner_extent}};
+            add("block_variance", {0, 1}, {{"group_vectors", 1}, {"fixed_inner_extent", inner_extent}});
         }
     }
     if (plan.layout == LayoutClass::Row) add("row_in_cache", {1, 0});
     if (plan.statistics_per_outer_index(spec)) add("sample_statistics", {0, 1});
-    if (plan.statistics_per_second_index(spec)) {
-        add("group_statistics", {0, 1});
-        if (!space.empty() && space.back().knob == "group_statistics") space.back().with = {{"sample_statistics", 1}};
-    }
+    if (plan.statistics_per_second_index(spec)) add("group_statistics", {0, 1}, {{"sample_statistics", 1}});
     add("vector_width", {vw, 2 * vw});
     if (plan.layout == LayoutClass::Row) {
         add("row_accumulators", {1, 2, 4, 8});
