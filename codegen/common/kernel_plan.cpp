@@ -300,6 +300,22 @@ bool KernelPlan::statistics_per_second_index(const NormSpec &spec) const {
     return true;
 }
 
+std::vector<std::vector<const Node *>> KernelPlan::sibling_sums() const {
+    std::vector<std::vector<const Node *>> groups;
+    for (const PlanStage &st : stages) {
+        std::vector<std::vector<const Node *>> here;
+        for (const NodePtr &r : st.reductions) {
+            if (r->reduce != ReduceOp::Sum) continue;
+            auto g = std::find_if(here.begin(), here.end(), [&](const auto &h) { return h[0]->over == r->over && h[0]->axes == r->axes; });
+            if (g == here.end()) here.push_back({r.get()});
+            else g->push_back(r.get());
+        }
+        for (auto &h : here)
+            if (h.size() >= 2) groups.push_back(std::move(h));
+    }
+    return groups;
+}
+
 KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant) {
     KernelPlan p;
     p.layer = spec.name;

@@ -145,6 +145,11 @@ struct KernelPlan {
     // backward is a row plan): they may be computed per index of that axis, inside the
     // map's loop over it (the halide-cpu knob group_statistics).
     bool statistics_per_second_index(const NormSpec &spec) const;
+    // Groups of two or more sums of one stage over the same axes that keep the same axes (a
+    // backward's sum(t1 * d_y) and sum(d_y) per channel, its d_weight and d_bias): independent of
+    // each other (one stage), so one sweep over the data may compute a group together (the
+    // halide-cpu knob sibling_sums). Each group in stage order.
+    std::vector<std::vector<const Node *>> sibling_sums() const;
 };
 
 KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant);

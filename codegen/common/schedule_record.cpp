@@ -73,6 +73,9 @@ const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k) {
          "with sample_statistics, statistics that also keep the second axis of the memory order (GroupNorm NCHW's groups, "
          "an affine InstanceNorm's channels) computed per index of that axis inside the map's loop over it: a group's sweeps after the "
          "first read it from L1 / L2, not the whole sample from L2 / L3 (the backward's per-sample partials join that loop)"},
+        {"sibling_sums", 0, 0, 1, true, false,
+         "root layout: independent sums over the same axes keeping the same axes (a backward's sum(d_y) and sum(d_y * xhat) per "
+         "channel, its d_weight and d_bias) as one Tuple-valued sum, so one sweep reads the data for all of them"},
     };
     static const std::vector<KnobSpec> mlir_cpu{
         {"sum_block", 256, 1, int64_t(1) << 20, false, false, "elements of the innermost reduced axis per block of a blocked sum"},
@@ -336,6 +339,7 @@ std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &p
     if (plan.layout == LayoutClass::Row) add("row_in_cache", {1, 0});
     if (plan.statistics_per_outer_index(spec)) add("sample_statistics", {0, 1});
     if (plan.statistics_per_second_index(spec)) add("group_statistics", {0, 1}, {{"sample_statistics", 1}});
+    if (plan.layout != LayoutClass::Row && !plan.sibling_sums().empty()) add("sibling_sums", {0, 1});
     add("vector_width", {vw, 2 * vw});
     if (plan.layout == LayoutClass::Row) {
         add("row_accumulators", {1, 2, 4, 8});

@@ -115,7 +115,11 @@ public:
           tables_(schedule.kind() == ScheduleKind::HalideCpu && schedule.flag("group_vectors") && plan.inner_pair_grouped &&
                   plan.main_order.size() >= 2 && !plan.stages.empty() &&
                   !(plan.layout == LayoutClass::Row && schedule.flag("row_in_cache"))),
-          block_variance_(tables_ && schedule.flag("block_variance") && spec.variance == VarianceAlgorithm::TwoPass) {
+          block_variance_(tables_ && schedule.flag("block_variance") && spec.variance == VarianceAlgorithm::TwoPass),
+          siblings_(schedule.kind() == ScheduleKind::HalideCpu && schedule.flag("sibling_sums") && !tables_ &&
+                            !(plan.layout == LayoutClass::Row && schedule.flag("row_in_cache"))
+                        ? plan.sibling_sums()
+                        : std::vector<std::vector<const Node *>>{}) {
         p_.acc = spec.accumulate == DType::F64 ? Float(64) : Float(32);
         if (tables_) {
             tbl_inner_ = plan.main_order.back();
@@ -125,7 +129,12 @@ public:
 
     LoweredPipeline run() {
         declare_axes_and_inputs();
-        for (size_t i = 0; i < spec_.values.size(); ++i) define_value((int)i);
+        // Every value's Func declared first and defined where first read (call_value), else in
+        // order: a sibling group (sibling_sum) lowers its members' operands together when its
+        // first member is reached, and a later member may read a value declared after it.
+        for (const ValueDef &v : spec_.values) p_.values.push_back(Func(v.name));
+        for (size_t i = 0; i < spec_.values.size(); ++i)
+            if (!p_.values[i].defined()) define_value((int)i);
         for (const PlanArg *out : plan_.outputs()) {
             const size_t i = (size_t)out->output;
             const OutputInfo &o = spec_.outputs[i];
@@ -176,6 +185,11 @@ private:
     // Two-pass variance by blocks (the record's block_variance, with group_vectors): see
     // block_moments.
     const bool block_variance_;
+    // Sums computed together as one Tuple-valued sum (the record's sibling_sums; root schedules,
+    // not with per-channel tables: the row schedule fuses its sums' sweeps with compute_with
+    // instead): KernelPlan::sibling_sums's groups. One RDom, one update, each element one sum's
+    // running total; the same terms in the same order as apart, so the same rounding.
+    const std::vector<std::vector<const Node *>> siblings_;
     AxisId tbl_inner_ = -1, tbl_outer_ = -1;
     bool consumer_inner_ = false;  // the Func being defined varies along tbl_inner_
     std::unordered_map<const Node *, Func> node_tables_;
@@ -305,12 +319,14 @@ private:
 
     void define_value(int i) {
         const ValueDef &v = spec_.values[i];
-        Func f(v.name);
+        Func f = p_.values[i];
         f(pure_vars(v.expr->axes)) = lower_in(*v.expr, identity_env(), tables_ && has(v.expr->axes, tbl_inner_));
-        p_.values.push_back(f);
     }
 
-    Expr call_value(int i, const Env &env) { return p_.values[i](args_at(spec_.values[i].expr->axes, env)); }
+    Expr call_value(int i, const Env &env) {
+        if (!p_.values[i].defined()) define_value(i);
+        return p_.values[i](args_at(spec_.values[i].expr->axes, env));
+    }
 
     Expr count_of(const AxisSet &axes) const {
         Expr c = cast(p_.acc, 1);
@@ -450,6 +466,8 @@ private:
         auto operand = [&](const Env &env) { return lower_in(arg, env, iterates_inner(n)); };
         const Node *blocked_var = nullptr;  // the variance lowered with this mean (block_moments)
         Func blocked_var_func;
+        for (const auto &group : siblings_)
+            if (n.reduce == ReduceOp::Sum && std::count(group.begin(), group.end(), &n)) return sibling_sum(group, &n, base);
         switch (n.reduce) {
         case ReduceOp::Sum: result = sum_of(n, base, operand, rf); break;
         case ReduceOp::Mean: {
@@ -496,6 +514,31 @@ private:
             reduce_funcs_[blocked_var] = blocked_var_func;
         }
         return result;
+    }
+
+    // The sums of one sibling group (siblings_) as one Tuple-valued Func over one RDom; each member's
+    // value an element of it (a Func Halide inlines). Returns member `n`'s.
+    Func sibling_sum(const std::vector<const Node *> &group, const Node *n, const std::string &base) {
+        const Node &first = *group[0];
+        ReductionFuncs rf;
+        rf.node = &first;
+        const std::vector<Var> pv = pure_vars(first.axes);
+        auto [r, axes] = rdom_for(first.over, "r_" + base);
+        const Env env = bind(first, r, axes);
+        Func s(base + "_siblings");
+        s(pv) = Tuple(std::vector<Expr>(group.size(), cast(p_.acc, 0)));
+        std::vector<Expr> next;
+        for (size_t i = 0; i < group.size(); ++i) next.push_back(s(pv)[(int)i] + lower_in(*group[i]->args[0], env, false));
+        s(pv) = Tuple(next);
+        rf.updates.push_back({s, r, axes, true});
+        rf.result = s;
+        p_.reductions.push_back(rf);
+        for (size_t i = 0; i < group.size(); ++i) {
+            Func member(base + "_" + std::to_string(i));
+            member(pv) = s(pv)[(int)i];
+            reduce_funcs_[group[i]] = member;
+        }
+        return reduce_funcs_.at(n);
     }
 
     // block_variance applies to a two-pass variance whose pass 1 is the declaration's own mean, over

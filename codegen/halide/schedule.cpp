@@ -80,17 +80,17 @@ bool is_lane_func(const ReductionFuncs &rf, const Func &f) {
 // step adds the lanes. Intermediates are computed at `at`, allocated at `hoist` when given (an
 // outer loop: not one heap allocation per group). Returns the first rfactor intermediate:
 // the Func whose update is the sweep over the data.
+// `one_block`: a specialization of f's update on a sum over rv[0] alone (inner_extent given) that
+// fits one block: there one level of lane partials and the lanes' sum, no level of blocks
+// (GroupNorm NCHW's backward sums two 8 x 8 planes a channel: the level of blocks, a buffer zeroed
+// and a masked loop of one iteration a channel, was ~7 % of the kernel). The same terms in the
+// same order: with one block, that level only added each lane's partial to 0. Its sweep Func is
+// returned in *one_block_sweep.
 Func blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, int block_vectors, const LoopLevel &at, Expr inner_extent = Expr(),
-                     const std::optional<LoopLevel> &hoist = std::nullopt) {
+                     const std::optional<LoopLevel> &hoist = std::nullopt, std::optional<Halide::Stage> one_block = std::nullopt,
+                     Func *one_block_sweep = nullptr) {
     RVar ro("ro"), ri("ri"), rob("rob"), rib("rib");
     Var lanes("lanes"), block("block");
-    f.update().split(rv[0], ro, ri, vw, TailStrategy::GuardWithIf).split(ro, rob, rib, block_vectors, TailStrategy::GuardWithIf);
-    std::vector<std::pair<RVar, Var>> keep{{ri, lanes}, {rob, block}};
-    // The outermost reduced axis gets a level of its own; the axes between it and the innermost
-    // (the rows of a plane: BatchNorm's h) stay in the sweep's serial loop, so a lane adds
-    // block_vectors x h terms (224 for 56 x 56 planes) instead of keeping a partial per row of
-    // every plane (lanes x blocks x h x n: 900 KB a channel at 32 x 56 x 56, written and read back).
-    for (size_t k = rv.size() >= 3 ? rv.size() - 1 : 1; k < rv.size(); ++k) keep.push_back({rv[k], Var("k" + std::to_string(k))});
     auto vectorized = [&](Func t, const Var &l) {
         t.compute_at(at);
         if (hoist) t.hoist_storage(*hoist);
@@ -104,6 +104,32 @@ Func blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, int block_vect
         t.vectorize(l);
         t.update().vectorize(l);
     };
+    // The last step, the lanes added: as a tree of vector adds (atomic: Halide's VectorReduce), not
+    // a serial chain of vw scalar adds through memory (LayerNorm BERT 16384 x 768 f32: three chains
+    // of 32 dependent adds a row were ~30 % of the kernel's time). Only where every lane holds a
+    // partial sum (the summed extent at least vw): the split's guard then folds away, and a guarded
+    // vector reduce would be scalarized again.
+    auto add_lanes = [&](Halide::Stage st) {
+        const Expr full = Halide::Internal::simplify(inner_extent >= vw);
+        if (Halide::Internal::is_const_one(full)) st.atomic().vectorize(ri);
+        else if (!Halide::Internal::is_const_zero(full)) st.specialize(full).atomic().vectorize(ri);
+    };
+    if (one_block) {
+        NORMGEN_ASSERT(inner_extent.defined() && rv.size() == 1 && one_block_sweep, "a one-block sum is over one RVar of known extent");
+        one_block->split(rv[0], ro, ri, vw, TailStrategy::GuardWithIf);
+        *one_block_sweep = one_block->rfactor({{ri, lanes}});
+        // (all vw lanes, a constant extent to vectorize: a sum shorter than a vector reads fewer)
+        one_block_sweep->bound(lanes, 0, vw);
+        vectorized(*one_block_sweep, lanes);
+        add_lanes(*one_block);
+    }
+    f.update().split(rv[0], ro, ri, vw, TailStrategy::GuardWithIf).split(ro, rob, rib, block_vectors, TailStrategy::GuardWithIf);
+    std::vector<std::pair<RVar, Var>> keep{{ri, lanes}, {rob, block}};
+    // The outermost reduced axis gets a level of its own; the axes between it and the innermost
+    // (the rows of a plane: BatchNorm's h) stay in the sweep's serial loop, so a lane adds
+    // block_vectors x h terms (224 for 56 x 56 planes) instead of keeping a partial per row of
+    // every plane (lanes x blocks x h x n: 900 KB a channel at 32 x 56 x 56, written and read back).
+    for (size_t k = rv.size() >= 3 ? rv.size() - 1 : 1; k < rv.size(); ++k) keep.push_back({rv[k], Var("k" + std::to_string(k))});
     Func sweep = f.update().rfactor(keep);
     vectorized(sweep, lanes);
     // Then one level per remaining dimension (blocks, then the outermost reduced axis), vectorized
@@ -116,17 +142,8 @@ Func blocked_rfactor(Func f, const std::vector<RVar> &rv, int vw, int block_vect
         for (size_t k = level + 1; k < rest.size(); ++k) pres.push_back({rest[k], Var("m" + std::to_string(k))});
         vectorized(f.update().rfactor(pres), l);
     }
-    // The last step, the lanes added: as a tree of vector adds (atomic: Halide's VectorReduce), not
-    // a serial chain of vw scalar adds through memory (LayerNorm BERT 16384 x 768 f32: three chains
-    // of 32 dependent adds a row were ~30 % of the kernel's time). Only where every lane holds a
-    // partial sum (the summed extent at least vw): the split's guard then folds away, and a guarded
-    // vector reduce would be scalarized again.
-    // (`inner_extent`: rv[0]'s; undefined: left serial.)
-    if (inner_extent.defined()) {
-        const Expr full = Halide::Internal::simplify(inner_extent >= vw);
-        if (Halide::Internal::is_const_one(full)) f.update().atomic().vectorize(ri);
-        else if (!Halide::Internal::is_const_zero(full)) f.update().specialize(full).atomic().vectorize(ri);
-    }
+    // (`inner_extent`: rv[0]'s; undefined: the lanes added serially.)
+    if (inner_extent.defined()) add_lanes(f.update());
     return sweep;
 }
 
@@ -153,7 +170,7 @@ int fused_reduced_axes(const ReductionFuncs::Update &u, const CpuSchedule &s, co
 // along the contiguous axis (the channels-last form below), else an undefined Func.
 Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const LoweredPipeline &p, AxisId inner, int vw,
                       const CpuSchedule &s, const LoopLevel &at, AxisId next_outer = -1, const std::vector<AxisId> &order = {},
-                      const std::optional<LoopLevel> &hoist = std::nullopt) {
+                      const std::optional<LoopLevel> &hoist = std::nullopt, bool one_block = false) {
     Func f = u.func;
     // The innermost reduced axis is contiguous, the axis just outside it in memory is one the
     // statistic keeps (GroupNorm NHWC: reduce (cg, h, w) of [n, h, w, (g, cg)] per (n, g)), and
@@ -223,6 +240,16 @@ Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
         std::vector<RVar> rv;
         for (int k = 0; k < u.rdom.dimensions(); ++k) rv.push_back(RVar(u.rdom[k].name()));
         const int fuse = fused_reduced_axes(u, s, order);
+        Expr summed = p.extent[u.rdom_axes[0]];
+        for (int k = 1; k < fuse; ++k) summed = summed * p.extent[u.rdom_axes[(size_t)k]];
+        // A sum over one loop (one reduced axis, or all of them fused) that may fit one block:
+        // specialized on it first (blocked_rfactor's one_block), so the fusion below applies to
+        // both definitions.
+        std::optional<Halide::Stage> small_stage;
+        if (one_block && (fuse ? fuse : 1) == u.rdom.dimensions()) {
+            const Expr fits = Halide::Internal::simplify(summed <= vw * s.sum_block);
+            if (!Halide::Internal::is_const_zero(fits)) small_stage = f.update().specialize(fits);
+        }
         Expr nonempty = Halide::Internal::const_true();
         if (fuse) {
             // The innermost reduced axes are dense neighbours (a 7 x 7 plane; GroupNorm NCHW's
@@ -232,25 +259,27 @@ Func vectorize_update(ReductionFuncs &rf, ReductionFuncs::Update &u, const Lower
             for (int k = 1; k < fuse; ++k) {
                 RVar next(fused.name() + "_" + rv[(size_t)k].name());
                 f.update().fuse(fused, rv[(size_t)k], next);
+                if (small_stage) small_stage->fuse(fused, rv[(size_t)k], next);
                 fused = next;
                 nonempty = nonempty && p.extent[u.rdom_axes[(size_t)k - 1]] > 0;
             }
             rv.erase(rv.begin(), rv.begin() + fuse);
             rv.insert(rv.begin(), fused);
         }
-        Expr summed = p.extent[u.rdom_axes[0]];
-        for (int k = 1; k < fuse; ++k) summed = summed * p.extent[u.rdom_axes[(size_t)k]];
-        Func sweep = blocked_rfactor(f, rv, vw, s.sum_block, at, summed, hoist);
+        Func small;  // the sweep of a sum that fits one block
+        Func sweep = blocked_rfactor(f, rv, vw, s.sum_block, at, summed, hoist, small_stage, &small);
         // Specialized on non-empty axes, so Halide's x / 0 = 0 rule leaves the fused index linear.
         // And first on whole vectors (GroupNorm's 8 x 8 planes): a plane shorter than one block
         // of vectors runs in the tail loop of the block split, whose per-vector guard (a whole
         // vector or a masked one) kept the lane accumulator in memory, a load-add-store chain
         // per vector; with the guard folded away LLVM keeps it in a register (GroupNorm NCHW
         // backward 8 x 1280 x 8 x 8 f32: see bench/README.md).
-        if (fuse) {
-            sweep.update().specialize(nonempty && summed % vw == 0);
-            sweep.update().specialize(nonempty);
-        }
+        if (fuse)
+            for (Func t : {sweep, small}) {
+                if (!t.defined()) continue;
+                t.update().specialize(nonempty && summed % vw == 0);
+                t.update().specialize(nonempty);
+            }
         return rv.size() == 1 ? sweep : Func();
     }
     for (const Var &v : f.args())
@@ -638,9 +667,11 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
             for (size_t k = 0; k < rf.updates.size(); ++k) {
                 ReductionFuncs::Update &u = rf.updates[k];
                 bool has_pure = u.associative && u.func.dimensions() > 0;
+                // (a plane sum that fits one block without a level of blocks: the row schedule's
+                // sums are left as they are, their sweeps fused with compute_with)
                 Func sweep = vectorize_update(rf, u, p, inner, vw, s,
                                               has_pure ? LoopLevel(u.func, u.func.args().back()) : LoopLevel(u.func, Var::outermost()),
-                                              next_outer, order, group_storage);
+                                              next_outer, order, group_storage, true);
                 if ((int)k == rf.block_second) second = sweep;
             }
             // A blocked variance (block_variance): pass 1 of a block (its sum, its mean, the mean's
@@ -691,6 +722,8 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
         t.vectorize(t.args()[0], vw, TailStrategy::GuardWithIf);
     }
     if (!p.tables.empty()) desc << "; per-group values read from per-channel tables";
+    if (std::any_of(p.reductions.begin(), p.reductions.end(), [](const ReductionFuncs &rf) { return rf.result.defined() && rf.result.outputs() > 1; }))
+        desc << "; a stage's sums over the same axes computed together, one sweep for each group of them";
     // Small outputs (saved statistics, running statistics): computed on their own.
     for (size_t i = 0; i < p.outputs.size(); ++i) {
         if (i == main || std::find_if(same_shape.begin(), same_shape.end(), [&](const Func &f) { return f.name() == p.outputs[i].name(); }) != same_shape.end())

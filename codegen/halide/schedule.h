@@ -17,7 +17,10 @@
 //     that axis (d_weight, d_bias) become per-sample partials in the same loop. With
 //     group_statistics, statistics that also keep the next axis (GroupNorm NCHW backward's per
 //     group) are computed per index of it, inside the map's loop over it: a group's later sweeps
-//     hit L1 / L2 instead of re-reading the sample's slab.
+//     hit L1 / L2 instead of re-reading the sample's slab. A sum over one loop that fits one block
+//     of sum_block vectors (GroupNorm NCHW's 8 x 8 planes) is one level of lane partials, without
+//     the level of blocks; with sibling_sums (lower.cpp) a stage's sums over the same axes are one
+//     Tuple-valued sum, one sweep.
 //   - map layout (DyT, BatchNorm eval): parallel over the outer axis, vectorized along the inner one
 //     (the two innermost fused when the plan allows it and fuse_inner_pair is on).
 // Reductions along the contiguous axis are split by vector_width, blocked by sum_block vectors and

@@ -111,6 +111,26 @@ TEST_CASE("the plan of GroupNorm NCHW passes c as (g, cg) and reduces (cg, h, w)
     CHECK(p.inner_pair_fusable);
 }
 
+TEST_CASE("sibling sums: a stage's independent sums over the same axes keeping the same axes", "[plan][grad]") {
+    // GroupNorm NCHW's backward: per channel sum(t1 * d_y) and sum(d_y) over (h, w); per group
+    // their weighted sums over cg; per channel d_weight and d_bias over n.
+    const NormSpec gn = differentiate(load_norm_file(catalog("group_norm_nchw"))).spec;
+    const auto groups = make_plan(gn, DType::F32, Variant::Core).sibling_sums();
+    REQUIRE(groups.size() == 3);
+    std::vector<std::string> over;
+    for (const auto &g : groups) {
+        REQUIRE(g.size() == 2);
+        CHECK(g[0]->over == g[1]->over);
+        CHECK(g[0]->axes == g[1]->axes);
+        CHECK(g[0]->stage == g[1]->stage);
+        over.push_back(names(gn, g[0]->over));
+    }
+    CHECK(over == std::vector<std::string>{"h,w", "cg", "n"});
+    // LayerNorm's forward: mean and variance are not sums (and not of one stage): none.
+    const NormSpec ln = load_norm_file(catalog("layer_norm"));
+    CHECK(make_plan(ln, DType::F32, Variant::Core).sibling_sums().empty());
+}
+
 TEST_CASE("BatchNorm eval: the two innermost axes travel together", "[plan]") {
     NormSpec spec = load_norm_file(catalog("batch_norm_eval"));
     CHECK(make_plan(spec, DType::F32, Variant::Core).inner_pair_fusable);

@@ -375,6 +375,13 @@ TEST_CASE("the schedule space follows the plan", "[tuning]") {
     CHECK_FALSE(has(knobs("group_norm_nhwc", 10, Isa::Avx512, true), "group_statistics"));
     CHECK_FALSE(has(knobs("group_norm_nhwc", 10), "group_statistics"));
     CHECK_FALSE(has(knobs("group_norm_nchw", 64), "group_statistics"));
+    // Sibling sums as one Tuple-valued sum: root plans with independent sums over the same axes
+    // (the backward of BatchNorm training and of GroupNorm NCHW); not a row plan (LayerNorm's
+    // backward: the row schedule fuses its sums' sweeps itself), nor a forward without such sums.
+    CHECK(has(knobs("batch_norm_train", 7, Isa::Avx512, true), "sibling_sums"));
+    CHECK(has(knobs("group_norm_nchw", 8, Isa::Avx512, true), "sibling_sums"));
+    CHECK_FALSE(has(knobs("layer_norm", 768, Isa::Avx512, true), "sibling_sums"));
+    CHECK_FALSE(has(knobs("batch_norm_train", 7), "sibling_sums"));
     const NormSpec ln = catalog("layer_norm");
     const KernelPlan p = make_plan(ln, DType::F32, Variant::Core);
     const auto mlir = schedule_space(ln, p, choose_schedule(p, ScheduleKind::MlirCpu, Isa::Avx2), 4096);
