@@ -53,7 +53,7 @@ void CoordinateSearch::add_candidates(const std::string &backend, State &s, size
         if (v != 0)
             for (const auto &[knob_name, value] : k.with) r.set(knob_name, value);
         if (!s.first_try(r)) continue;
-        batch_.push_back({backend, r, k.knob});
+        batch_.push_back({backend, r, k.knob, ""});
     }
 }
 

@@ -106,20 +106,23 @@ Type buffer_type(DType t, HalfStorage half) { return half.bits(t) ? UInt(16) : h
 
 namespace {
 
+// Whether a Halide CPU record runs the root layout (statistics first) rather than the row schedule:
+// per-channel tables (group_vectors) and sibling sums are lowered only there.
+bool cpu_root_layout(const KernelPlan &plan, const ScheduleRecord &r) {
+    return r.kind() == ScheduleKind::HalideCpu && !(plan.layout == LayoutClass::Row && r.flag("row_in_cache"));
+}
+
 class Lowerer {
 public:
     Lowerer(const NormSpec &spec, const KernelPlan &plan, const ScheduleRecord &schedule, HalfStorage half)
         : spec_(spec), types_(plan.types), plan_(plan), half_(half), welford_lanes_((int)schedule.get("welford_lanes")),
           welford_block_((int)schedule.get("welford_block")), streaming_(streaming_requirement(spec, plan, schedule)),
           fixed_inner_(schedule.kind() == ScheduleKind::HalideCpu ? schedule.get("fixed_inner_extent") : 0),
-          tables_(schedule.kind() == ScheduleKind::HalideCpu && schedule.flag("group_vectors") && plan.inner_pair_grouped &&
-                  plan.main_order.size() >= 2 && !plan.stages.empty() &&
-                  !(plan.layout == LayoutClass::Row && schedule.flag("row_in_cache"))),
+          tables_(cpu_root_layout(plan, schedule) && schedule.flag("group_vectors") && plan.inner_pair_grouped &&
+                  plan.main_order.size() >= 2 && !plan.stages.empty()),
           block_variance_(tables_ && schedule.flag("block_variance") && spec.variance == VarianceAlgorithm::TwoPass),
-          siblings_(schedule.kind() == ScheduleKind::HalideCpu && schedule.flag("sibling_sums") && !tables_ &&
-                            !(plan.layout == LayoutClass::Row && schedule.flag("row_in_cache"))
-                        ? plan.sibling_sums()
-                        : std::vector<std::vector<const Node *>>{}) {
+          siblings_(cpu_root_layout(plan, schedule) && schedule.flag("sibling_sums") && !tables_ ? plan.sibling_sums()
+                                                                                             : std::vector<std::vector<const Node *>>{}) {
         p_.acc = spec.accumulate == DType::F64 ? Float(64) : Float(32);
         if (tables_) {
             tbl_inner_ = plan.main_order.back();
