@@ -128,7 +128,10 @@ void collect_reductions(const NormSpec &spec, const Node &n, std::set<const Node
 // tensor has both or neither, adjacent and in the same order, and no statistic varies along them
 // (so nothing is indexed by one without the other).
 // `grouped`: statistics may vary along the outer of the two (GroupNorm NHWC's g of (g, cg)).
-bool inner_pair_fusable(const NormSpec &spec, const std::vector<AxisId> &order, const std::vector<NodePtr> &reductions, bool grouped = false) {
+// (The kernel's own outputs: a core kernel does not write the optional ones, so GroupNorm NHWC's
+// saved mu, rstd per (n, g) keep neither its core kernel's (g, cg) from running as one loop.)
+bool inner_pair_fusable(const NormSpec &spec, const KernelPlan &p, const std::vector<NodePtr> &reductions, bool grouped = false) {
+    const std::vector<AxisId> &order = p.main_order;
     if (order.size() < 3) return false;
     const AxisId a1 = order.back(), a2 = order[order.size() - 2];
     auto ok = [&](const std::vector<AxisId> &atoms) {
@@ -138,8 +141,8 @@ bool inner_pair_fusable(const NormSpec &spec, const std::vector<AxisId> &order, 
     };
     for (const TensorInfo &t : spec.tensors)
         if (!ok(spec.memory_atoms(t.dims))) return false;
-    for (const OutputInfo &o : spec.outputs)
-        if (!ok(spec.memory_atoms(o.dims))) return false;
+    for (const PlanArg *o : p.outputs())
+        if (!ok(o->atoms)) return false;
     for (const NodePtr &r : reductions)
         if (contains(r->axes, a1) || (!grouped && contains(r->axes, a2))) return false;
     return true;
@@ -416,8 +419,8 @@ KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant) {
             }
         }
     }
-    p.inner_pair_fusable = inner_pair_fusable(spec, p.main_order, reductions);
-    p.inner_pair_grouped = !p.inner_pair_fusable && inner_pair_fusable(spec, p.main_order, reductions, true);
+    p.inner_pair_fusable = inner_pair_fusable(spec, p, reductions);
+    p.inner_pair_grouped = !p.inner_pair_fusable && inner_pair_fusable(spec, p, reductions, true);
 
     for (size_t a = 0; a < spec.axes.size(); ++a) {
         if (spec.axes[a].is_split() || contains(p.reduced, (AxisId)a)) continue;

@@ -72,8 +72,12 @@ TEST_CASE("describe --plan prints the plan of each variant, as text and as JSON"
     REQUIRE(j.code == 0);
     nlohmann::json doc = nlohmann::json::parse(j.out);
     CHECK(doc["layer"] == "group_norm_nhwc");
-    REQUIRE(doc["plans"].size() == 1);
+    REQUIRE(doc["plans"].size() == 2);  // core, and full (writing the saved mu, rstd)
+    CHECK(doc["plans"][0]["variant"] == "core");
+    CHECK(doc["plans"][1]["variant"] == "full");
     CHECK(doc["plans"][0]["layout"] == "root");
+    CHECK(doc["plans"][0]["inner_pair_grouped"] == true);  // the core kernel does not write mu, rstd per (n, g)
+    CHECK(doc["plans"][1]["inner_pair_grouped"] == false);
     CHECK(doc["plans"][0]["args"][0]["dtype"] == "bf16");
     CHECK(doc["plans"][0]["args"][0]["memory_order"] == nlohmann::json::array({"n", "h", "w", "g", "cg"}));
     CHECK(normgen_cli("describe " + src("dsl/catalog/layer_norm.norm") + " --json").code == 1);  // --json goes with --plan

@@ -80,8 +80,10 @@ TEST_CASE("builder: the catalog's layers, printed identically", "[dsl][builder]"
         auto bias = b.param("bias", {"c"});
         auto eps = b.constant("eps", 1e-5);
         auto mu = b.let("mu", mean(x, {"cg", "h", "w"}));
-        auto v = b.let("v", var(x, {"cg", "h", "w"}));
-        b.output("y", (x - mu) * rsqrt(v + eps) * w + bias);
+        auto rstd = b.let("rstd", rsqrt(var(x, {"cg", "h", "w"}) + eps));
+        b.output("y", (x - mu) * rstd * w + bias);
+        b.mark_output("mu", optional_output());
+        b.mark_output("rstd", optional_output());
         b.accumulate(DType::F32);
         b.variance(VarianceAlgorithm::TwoPass);
         b.storage({"x", "y"}, kAll);
