@@ -56,7 +56,8 @@ int run(const std::vector<std::string> &a) {
     if (file.empty() || variant.empty() || out.empty() || fragment.empty()) throw Usage("FILE --variant NAME --out DIR --fragment F.json");
     // (checked before anything is compiled: Halide's own error for a missing folder names only a file)
     if (!std::filesystem::is_directory(out)) throw UserError("--out " + out + ": no such folder");
-    // Halide writes --stmt, --asm and --llvm files without a word when their folder is missing.
+    // Halide writes --stmt, --asm and --llvm files without a word when their folder is missing
+    // (the fragment is checked with them: before anything is compiled).
     for (const auto &[flag, path] : {std::pair{"--stmt", &stmt}, {"--asm", &assembly}, {"--llvm", &llvm}, {"--fragment", &fragment}}) {
         const std::filesystem::path dir = std::filesystem::path(*path).parent_path();
         if (!path->empty() && !dir.empty() && !std::filesystem::is_directory(dir))

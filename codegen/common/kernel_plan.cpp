@@ -128,8 +128,8 @@ void collect_reductions(const NormSpec &spec, const Node &n, std::set<const Node
 // tensor has both or neither, adjacent and in the same order, and no statistic varies along them
 // (so nothing is indexed by one without the other).
 // `grouped`: statistics may vary along the outer of the two (GroupNorm NHWC's g of (g, cg)).
-// (The kernel's own outputs: a core kernel does not write the optional ones, so GroupNorm NHWC's
-// saved mu, rstd per (n, g) keep neither its core kernel's (g, cg) from running as one loop.)
+// Only the kernel's own outputs count: a core kernel writes no optional ones, so GroupNorm NHWC's
+// saved mu, rstd per (n, g) do not keep its core kernel's (g, cg) from running as one loop.
 bool inner_pair_fusable(const NormSpec &spec, const KernelPlan &p, const std::vector<NodePtr> &reductions, bool grouped = false) {
     const std::vector<AxisId> &order = p.main_order;
     if (order.size() < 3) return false;
