@@ -319,6 +319,44 @@ std::vector<std::vector<const Node *>> KernelPlan::sibling_sums() const {
     return groups;
 }
 
+namespace {
+
+// Does the expression itself (not through named values) call a transcendental?
+bool calls_transcendental(const Node &n) {
+    if (n.kind == Node::Value) return false;
+    if (n.kind == Node::Unary && (n.unary == UnaryOp::Tanh || n.unary == UnaryOp::Exp || n.unary == UnaryOp::Log || n.unary == UnaryOp::Sigmoid))
+        return true;
+    if (n.kind == Node::Binary && n.binary == BinaryOp::Pow) return true;
+    for (const auto &a : n.args)
+        if (calls_transcendental(*a)) return true;
+    return false;
+}
+
+}  // namespace
+
+bool read_by_reduction(const NormSpec &spec, int v) {
+    std::function<bool(const Node &, bool)> walk = [&](const Node &n, bool in_reduction) {
+        if (n.kind == Node::Value && n.index == v && in_reduction) return true;
+        for (const auto &a : n.args)
+            if (walk(*a, in_reduction || n.kind == Node::Reduce)) return true;
+        return false;
+    };
+    for (const ValueDef &d : spec.values)
+        if (walk(*d.expr, false)) return true;
+    return false;
+}
+
+std::vector<int> KernelPlan::block_values(const NormSpec &spec) const {
+    std::vector<int> r;
+    if (layout != LayoutClass::Row || column_sums.empty() || main_output < 0) return r;
+    const AxisSet &main_axes = spec.outputs[(size_t)main_output].axes;
+    for (size_t i = 0; i < spec.values.size(); ++i) {
+        const Node &e = *spec.values[i].expr;
+        if (e.kind != Node::Reduce && e.axes == main_axes && calls_transcendental(e) && read_by_reduction(spec, (int)i)) r.push_back((int)i);
+    }
+    return r;
+}
+
 KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant) {
     KernelPlan p;
     p.layer = spec.name;

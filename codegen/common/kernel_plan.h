@@ -150,6 +150,12 @@ struct KernelPlan {
     // each other (one stage), so one sweep over the data may compute a group together (the
     // halide-cpu knob sibling_sums). Each group in stage order.
     std::vector<std::vector<const Node *>> sibling_sums() const;
+    // Row layout with column sums: full-size values (the main output's axes) whose own expression
+    // calls a transcendental (tanh, exp, log, sigmoid, pow) and that a sum reads (DyT's backward's
+    // t1 = tanh(alpha * x), read by d_x, d_alpha and d_weight): inlined, each sweep over a block of
+    // rows evaluates it again; the halide-cpu knob block_values computes them once per block of
+    // rows, kept in cache (indices into NormSpec::values).
+    std::vector<int> block_values(const NormSpec &spec) const;
 };
 
 KernelPlan make_plan(const NormSpec &spec, DType want, Variant variant);
@@ -164,6 +170,9 @@ bool is_value_of(const NormSpec &spec, const Outputs &outputs, const Node *n) {
 
 // Whether an expression depends on a reduction (through named values).
 bool depends_on_reduction(const NormSpec &spec, const Node &n);
+
+// Whether value `v` is read directly by the operand of some reduction.
+bool read_by_reduction(const NormSpec &spec, int v);
 
 // Axis names as a JSON array ["n", "h", "w"] (the manifest's and the plan's spelling of axis lists).
 nlohmann::json axis_names_json(const NormSpec &spec, const std::vector<AxisId> &axes);

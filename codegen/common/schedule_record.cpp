@@ -73,6 +73,10 @@ const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k) {
          "with sample_statistics, statistics that also keep the second axis of the memory order (GroupNorm NCHW's groups, "
          "an affine InstanceNorm's channels) computed per index of that axis inside the map's loop over it: a group's sweeps after the "
          "first read it from L1 / L2, not the whole sample from L2 / L3 (the backward's per-sample partials join that loop)"},
+        {"block_values", 0, 0, 1, true, false,
+         "row layout with sums over the rows (a backward's parameter gradients): full-size values that call a transcendental and "
+         "that a sum reads (DyT's backward's tanh(alpha x)) computed once per block of rows into f32 scratch kept in cache, "
+         "instead of evaluated again by each sweep over the block (the map, the row sums, the partial sums)"},
         {"sibling_sums", 0, 0, 1, true, false,
          "root layout: independent sums over the same axes keeping the same axes (a backward's sum(d_y) and sum(d_y * xhat) per "
          "channel, its d_weight and d_bias) as one Tuple-valued sum, so one sweep reads the data for all of them"},
@@ -345,6 +349,7 @@ std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &p
         add("row_accumulators", {1, 2, 4, 8});
         add("min_task_elements", {4096, 16384, 65536, 262144});
         if (!plan.column_sums.empty()) add("column_block_elements", {65536, 262144, 1 << 20});
+        if (!plan.block_values(spec).empty()) add("block_values", {0, 1});
     }
     if (plan.layout == LayoutClass::Map) add("min_task_elements", {4096, 16384, 65536, 262144});
     if (plan.inner_pair_fusable) add("fuse_inner_pair", {1, 0});

@@ -14,19 +14,6 @@ using namespace Halide;
 
 namespace {
 
-// Is value `v` read (directly) by the operand of some reduction?
-bool read_by_reduction(const NormSpec &spec, int v) {
-    std::function<bool(const Node &, bool)> walk = [&](const Node &n, bool in_reduction) {
-        if (n.kind == Node::Value && n.index == v && in_reduction) return true;
-        for (const auto &a : n.args)
-            if (walk(*a, in_reduction || n.kind == Node::Reduce)) return true;
-        return false;
-    };
-    for (const ValueDef &d : spec.values)
-        if (walk(*d.expr, false)) return true;
-    return false;
-}
-
 // Whether a value is a product of inputs, parameters and constants only (PolyNorm's x2 = x * x,
 // x3 = x2 * x): recomputing it where it is read costs a multiply or two, and no copy of it can round
 // differently from another (no addition for LLVM to contract into an FMA inside it).
@@ -416,6 +403,7 @@ CpuSchedule CpuSchedule::from(const ScheduleRecord &r) {
     s.fuse_inner_pair = r.flag("fuse_inner_pair");
     s.sample_statistics = r.flag("sample_statistics");
     s.group_statistics = r.flag("group_statistics");
+    s.block_values = r.flag("block_values");
     return s;
 }
 
@@ -617,9 +605,15 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
                     !pure_product(spec, *spec.values[i].expr))
                     p.values[i].compute_at(y, ri).vectorize(vi, vw, TailStrategy::GuardWithIf);
         }
+        // With sums over the rows, a transcendental value that the map and the sums read (DyT's
+        // backward's tanh(alpha x)) once per block of rows, in cache (block_values): inlined, the
+        // map, the per-row sum of d_alpha and the block's partial sums of d_weight each evaluated it.
+        const std::vector<int> kept_values = columns && s.block_values ? plan.block_values(spec) : std::vector<int>{};
+        for (int i : kept_values) p.values[(size_t)i].compute_at(y, ro).vectorize(vi, vw, TailStrategy::GuardWithIf);
         desc << (p.reductions.empty() ? "map" : "row") << " schedule: " << (nrow ? "rows parallel (>= " : "") ;
         if (nrow) desc << s.min_task_elements << " elements a task), ";
         desc << "statistics per row in cache, vectorize " << spec.axes[inner].name << " x" << vw;
+        if (!kept_values.empty()) desc << "; " << kept_values.size() << " transcendental value(s) computed once per block of rows";
         if (columns) desc << "; sums over " << spec.axes[order[0]].name << " as partials per block of rows (>= " << s.column_block_elements
                           << " elements) in the same block loop, then a final reduce";
     } else {

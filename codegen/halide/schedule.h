@@ -21,6 +21,11 @@
 //     of sum_block vectors (GroupNorm NCHW's 8 x 8 planes) is one level of lane partials, without
 //     the level of blocks; with sibling_sums (lower.cpp) a stage's sums over the same axes are one
 //     Tuple-valued sum, one sweep.
+//     With sums over the rows (a backward's parameter gradients) a task is a block of rows: its
+//     statistics, its map (with sums over rows and d, fused per row) and its partial sums over the
+//     rows are sweeps over the block, the later ones from cache; with block_values a value that
+//     calls a transcendental and that a sum reads (DyT's backward's tanh) is computed once per
+//     block into f32 scratch that those sweeps read, instead of evaluated in each of them.
 //   - map layout (DyT, BatchNorm eval): parallel over the outer axis, vectorized along the inner one
 //     (the two innermost fused when the plan allows it and fuse_inner_pair is on).
 // Reductions along the contiguous axis are split by vector_width, blocked by sum_block vectors and
@@ -64,6 +69,7 @@ struct CpuSchedule {
     bool streaming_stores = false;  // (the lowering declares the outputs aligned; the map then keeps its rows apart)
     bool sample_statistics = false; // root layout: statistics per index of the outermost axis, inside the map's loop
     bool group_statistics = false;  // with it: those keeping the second axis per index of that axis
+    bool block_values = false;      // row layout with column sums: transcendental values once per block of rows
     static CpuSchedule from(const ScheduleRecord &r);
 };
 

@@ -131,6 +131,23 @@ TEST_CASE("sibling sums: a stage's independent sums over the same axes keeping t
     CHECK(make_plan(ln, DType::F32, Variant::Core).sibling_sums().empty());
 }
 
+TEST_CASE("block values: transcendental full-size values that a sum over the rows reads", "[plan][grad]") {
+    // DyT's backward: t1 = tanh(alpha * x), read by d_x, d_alpha and d_weight; t2 = 1 - t1 * t1
+    // calls nothing itself (it reads t1).
+    const NormSpec dyt = differentiate(load_norm_file(catalog("dyt"))).spec;
+    const auto kept = make_plan(dyt, DType::F32, Variant::Core).block_values(dyt);
+    REQUIRE(kept.size() == 1);
+    CHECK(dyt.values[(size_t)kept[0]].name == "t1");
+    // Not DyT's forward (a map, no sums over the rows), nor LayerNorm's or RMSNorm's backward (no
+    // transcendental: rsqrt is not one here, and their values are cheaper recomputed).
+    const NormSpec fwd = load_norm_file(catalog("dyt"));
+    CHECK(make_plan(fwd, DType::F32, Variant::Core).block_values(fwd).empty());
+    for (const char *layer : {"layer_norm", "rms_norm"}) {
+        const NormSpec g = differentiate(load_norm_file(catalog(layer))).spec;
+        CHECK(make_plan(g, DType::F32, Variant::Core).block_values(g).empty());
+    }
+}
+
 TEST_CASE("BatchNorm eval: the two innermost axes travel together", "[plan]") {
     NormSpec spec = load_norm_file(catalog("batch_norm_eval"));
     CHECK(make_plan(spec, DType::F32, Variant::Core).inner_pair_fusable);

@@ -382,6 +382,11 @@ TEST_CASE("the schedule space follows the plan", "[tuning]") {
     CHECK(has(knobs("group_norm_nchw", 8, Isa::Avx512, true), "sibling_sums"));
     CHECK_FALSE(has(knobs("layer_norm", 768, Isa::Avx512, true), "sibling_sums"));
     CHECK_FALSE(has(knobs("batch_norm_train", 7), "sibling_sums"));
+    // A transcendental value once per block of rows: DyT's backward (tanh read by d_x, d_alpha and
+    // d_weight), not LayerNorm's (no transcendental), nor DyT's forward (no sums over the rows).
+    CHECK(has(knobs("dyt", 4096, Isa::Avx512, true), "block_values"));
+    CHECK_FALSE(has(knobs("layer_norm", 4096, Isa::Avx512, true), "block_values"));
+    CHECK_FALSE(has(knobs("dyt", 4096, Isa::Avx512), "block_values"));
     const NormSpec ln = catalog("layer_norm");
     const KernelPlan p = make_plan(ln, DType::F32, Variant::Core);
     const auto mlir = schedule_space(ln, p, choose_schedule(p, ScheduleKind::MlirCpu, Isa::Avx2), 4096);
