@@ -70,6 +70,12 @@ const char *reduce_name(ReduceOp op) {
     return "?";
 }
 
+bool is_transcendental(const Node &n) {
+    if (n.kind == Node::Unary)
+        return n.unary == UnaryOp::Tanh || n.unary == UnaryOp::Exp || n.unary == UnaryOp::Log || n.unary == UnaryOp::Sigmoid;
+    return n.kind == Node::Binary && n.binary == BinaryOp::Pow;
+}
+
 const char *unary_name(UnaryOp op) {
     switch (op) {
     case UnaryOp::Neg: return "-";

@@ -83,6 +83,11 @@ struct Node {
 // missing from `storage` takes its declared default).
 DType rounding_type(const NormSpec &spec, const Node &round, const std::map<std::string, DType> &storage);
 
+// Whether node `n` itself (not its operands) is a transcendental function: tanh, exp, log,
+// sigmoid or pow. Kernels approximate them less exactly than a rounding (the verifier allows two
+// ulps), and evaluating one costs tens of instructions a vector.
+bool is_transcendental(const Node &n);
+
 // The rounding points of a declaration (Round nodes), in the order they are written.
 std::vector<const Node *> rounding_points(const NormSpec &spec);
 

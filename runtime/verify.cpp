@@ -37,10 +37,7 @@ AxisSet reduced_axes(const NormSpec &spec) {
 int ulp_allowance(const NormSpec &spec) {
     bool transcendental = false;
     std::function<void(const Node &)> walk = [&](const Node &n) {
-        if (n.kind == Node::Unary && (n.unary == UnaryOp::Tanh || n.unary == UnaryOp::Exp || n.unary == UnaryOp::Log ||
-                                      n.unary == UnaryOp::Sigmoid))
-            transcendental = true;
-        if (n.kind == Node::Binary && n.binary == BinaryOp::Pow) transcendental = true;
+        if (is_transcendental(n)) transcendental = true;
         for (const auto &a : n.args) walk(*a);
     };
     for (const ValueDef &v : spec.values) walk(*v.expr);

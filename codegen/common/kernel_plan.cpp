@@ -324,9 +324,7 @@ namespace {
 // Does the expression itself (not through named values) call a transcendental?
 bool calls_transcendental(const Node &n) {
     if (n.kind == Node::Value) return false;
-    if (n.kind == Node::Unary && (n.unary == UnaryOp::Tanh || n.unary == UnaryOp::Exp || n.unary == UnaryOp::Log || n.unary == UnaryOp::Sigmoid))
-        return true;
-    if (n.kind == Node::Binary && n.binary == BinaryOp::Pow) return true;
+    if (is_transcendental(n)) return true;
     for (const auto &a : n.args)
         if (calls_transcendental(*a)) return true;
     return false;
