@@ -171,13 +171,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+}  // namespace
+
 double median(std::vector<double> v) {
+    if (v.empty()) return 0;
     std::sort(v.begin(), v.end());
-    size_t m = v.size() / 2;
+    const size_t m = v.size() / 2;
     return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
-
-}  // namespace
 
 const char *copy_isa() {
     if (kCopy == copy_avx512) return "avx512";

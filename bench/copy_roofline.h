@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace normgen::bench {
 
@@ -57,5 +58,9 @@ void copy_buffers(size_t bytes_each, const float **src, float **dst);
 
 // Frees the pool (between the big cases, so a 1 GiB copy pool does not sit beside the next case).
 void release_copy_buffers();
+
+// The median of samples (the mean of the middle two for an even count; 0 for none): the statistic
+// of every timing here, the benchmark's ratio counters and the labs'.
+double median(std::vector<double> v);
 
 }  // namespace normgen::bench

@@ -257,13 +257,6 @@ double process_cpu_seconds() {
     return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-double median(std::vector<double> v) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    size_t m = v.size() / 2;
-    return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
 // GB/s of every repetition of every implementation, per case, for the ratio counters.
 std::map<std::string, std::map<std::string, std::vector<double>>> &samples() {
     static std::map<std::string, std::map<std::string, std::vector<double>>> s;

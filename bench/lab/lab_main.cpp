@@ -39,13 +39,7 @@ double cpu_s() {
     return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    size_t m = v.size() / 2;
-    return v.empty() ? 0 : v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
-struct Variant {
+struct LabVariant {  // (not normgen::Variant, the kernel variant: core or full)
     std::string name;
     std::string schedule;
     std::function<void()> call;
@@ -99,7 +93,7 @@ int main(int argc, char **argv) {
                 continue;
             }
             const size_t bytes = kc.bytes_per_call();
-            std::vector<Variant> vs;
+            std::vector<LabVariant> vs;
             for (const Registry::Kernel *k : ks) {
                 std::string why = k == ks[0] ? "" : kc.check_other(*k);
                 std::string name = k->function.substr(5, k->function.find("__", 5) - 5);
@@ -148,7 +142,7 @@ int main(int argc, char **argv) {
             vs.push_back({"copy_plain", "parallel copy, ordinary stores", [=] { parallel_copy(src, dst, n, CopyKind::Plain); }, {}, {}});
             vs.push_back({"copy_nt", "parallel copy, non-temporal stores", [=] { parallel_copy(src, dst, n, CopyKind::NonTemporal); }, {}, {}});
             // Warm up and size the samples.
-            for (Variant &v : vs) {
+            for (LabVariant &v : vs) {
                 double t0 = now_s();
                 v.call();
                 v.call();
@@ -157,7 +151,7 @@ int main(int argc, char **argv) {
             for (int r = 0; r < rounds; ++r) {
                 // Rotate the order each round so no variant always follows the same one.
                 for (size_t j = 0; j < vs.size(); ++j) {
-                    Variant &v = vs[(j + r) % vs.size()];
+                    LabVariant &v = vs[(j + r) % vs.size()];
                     double c0 = cpu_s(), t0 = now_s();
                     for (int k = 0; k < v.reps; ++k) v.call();
                     double t = now_s() - t0;
@@ -166,14 +160,14 @@ int main(int argc, char **argv) {
                 }
             }
             double plain = 0, nt = 0;
-            for (Variant &v : vs) {
+            for (LabVariant &v : vs) {
                 if (v.name == "copy_plain") plain = bytes / median(v.seconds);
                 if (v.name == "copy_nt") nt = bytes / median(v.seconds);
             }
             std::printf("\n%s f32 %s: %.1f MiB moved per call, %d rounds\n", layer.c_str(), cs.shape_label.c_str(), bytes / 1048576.0, rounds);
             std::printf("  %-14s %10s %8s %8s %8s %8s %8s %6s  %s\n", "variant", "median ms", "min ms", "max ms", "GB/s", "/plain", "/nt",
                         "cpu", "schedule");
-            for (Variant &v : vs) {
+            for (LabVariant &v : vs) {
                 double m = median(v.seconds), bps = bytes / m;
                 std::printf("  %-14s %10.3f %8.3f %8.3f %8.2f %8.3f %8.3f %6.2f  %s\n", v.name.c_str(), m * 1e3,
                             *std::min_element(v.seconds.begin(), v.seconds.end()) * 1e3,

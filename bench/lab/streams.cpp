@@ -40,12 +40,6 @@ namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t m = v.size() / 2;
-    return v.empty() ? 0 : v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
 enum class Loop { Streams, StreamsCols, StreamsCols4, RowMapCols, ThreeSweeps };
 
 struct Tensors {
