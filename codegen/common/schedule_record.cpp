@@ -77,6 +77,10 @@ const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k) {
          "row layout with sums over the rows (a backward's parameter gradients): full-size values that call a transcendental and "
          "that a sum reads (DyT's backward's tanh(alpha x)) computed once per block of rows into f32 scratch kept in cache, "
          "instead of evaluated again by each sweep over the block (the map, the row sums, the partial sums)"},
+        {"column_rows", 1, 1, 16, false, false,
+         "row layout with sums over the rows (a backward's parameter gradients): rows whose terms each partial sum's vector adds in "
+         "registers before it is stored (the row loop unrolled inside the vector loop), so the d-long partial rows, past L1 at large d, "
+         "are loaded and stored once per that many rows"},
         {"sibling_sums", 0, 0, 1, true, false,
          "root layout: independent sums over the same axes keeping the same axes (a backward's sum(d_y) and sum(d_y * xhat) per "
          "channel, its d_weight and d_bias) as one Tuple-valued sum, so one sweep reads the data for all of them"},
@@ -350,6 +354,7 @@ std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &p
         add("min_task_elements", {4096, 16384, 65536, 262144});
         if (!plan.column_sums.empty()) add("column_block_elements", {65536, 262144, 1 << 20});
         if (!plan.block_values(spec).empty()) add("block_values", {0, 1});
+        if (!plan.column_sums.empty()) add("column_rows", {1, 4});
     }
     if (plan.layout == LayoutClass::Map) add("min_task_elements", {4096, 16384, 65536, 262144});
     if (plan.inner_pair_fusable) add("fuse_inner_pair", {1, 0});

@@ -404,6 +404,7 @@ CpuSchedule CpuSchedule::from(const ScheduleRecord &r) {
     s.sample_statistics = r.flag("sample_statistics");
     s.group_statistics = r.flag("group_statistics");
     s.block_values = r.flag("block_values");
+    s.column_rows = (int)r.get("column_rows");
     return s;
 }
 
@@ -462,6 +463,10 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
         // over the block, the last two from cache.
         Expr task = max(1, s.min_task_elements / max(row_elems, 1));
         if (columns) task = max(task, s.column_block_elements / max(row_elems, 1));
+        // (column_rows > 1: a block is a whole number of such groups of rows, so the partial
+        // sums' blocks are the map's)
+        const int quad = columns ? std::max(1, s.column_rows) : 1;
+        if (quad > 1) task = (task + (quad - 1)) / quad * quad;
         auto shape_loops = [&](Func f) {
             if (nrow == 0) return;
             std::vector<VarOrRVar> outer;
@@ -527,14 +532,29 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
                     continue;
                 }
                 RVar rr(rf.updates[0].rdom[0].name()), rbo("row_block"), rbi("row_in_block");
-                f.update().split(rr, rbo, rbi, task, TailStrategy::GuardWithIf);
+                RVar rq("row_group"), rk("row_in_group");
+                // column_rows > 1: the rows of a block in groups of that many, the group's terms added
+                // to one vector of the partial sums with the group's rows unrolled innermost (the
+                // partial row, d floats, loaded and stored once per group, not once per row).
+                if (quad > 1) f.update().split(rr, rq, rk, quad, TailStrategy::GuardWithIf).split(rq, rbo, rbi, task / quad, TailStrategy::GuardWithIf);
+                else f.update().split(rr, rbo, rbi, task, TailStrategy::GuardWithIf);
                 const std::vector<Var> kept = f.args();
                 Func intm = f.update().rfactor(rbo, ro);
                 intm.compute_root().vectorize(vi, vw, TailStrategy::GuardWithIf);
                 std::vector<VarOrRVar> ord(kept.begin(), kept.end());
+                if (quad > 1) {
+                    // (the vectors' loop keeps the name of vi: Halide looks up a nested
+                    // compute_with's level among the outermost fused stage's loops, y's)
+                    Var vv("col_lane");
+                    intm.update().split(vi, vi, vv, vw, TailStrategy::GuardWithIf);
+                    ord.erase(ord.begin());
+                    ord.insert(ord.begin(), {vv, rk, vi});
+                }
                 ord.push_back(rbi);
                 ord.push_back(ro);
-                intm.update().reorder(ord).parallel(ro).vectorize(vi, vw, TailStrategy::GuardWithIf);
+                intm.update().reorder(ord).parallel(ro);
+                if (quad > 1) intm.update().vectorize(Var("col_lane")).unroll(rk);
+                else intm.update().vectorize(vi, vw, TailStrategy::GuardWithIf);
                 // Fused with the other column sums' sweeps that read no statistics (one pass over
                 // the block for all of them); one that reads statistics makes its own pass (Halide
                 // cannot bound a statistic read inside another stage's fused loop).
@@ -615,7 +635,8 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
         desc << "statistics per row in cache, vectorize " << spec.axes[inner].name << " x" << vw;
         if (!kept_values.empty()) desc << "; " << kept_values.size() << " transcendental value(s) computed once per block of rows";
         if (columns) desc << "; sums over " << spec.axes[order[0]].name << " as partials per block of rows (>= " << s.column_block_elements
-                          << " elements) in the same block loop, then a final reduce";
+                          << " elements) in the same block loop" << (quad > 1 ? ", " + std::to_string(quad) + " rows a vector of partials" : "")
+                          << ", then a final reduce";
     } else {
         // Root schedule: statistics first, parallel over their outermost independent axis; or,
         // with sample_statistics, per index of the map's outermost (parallel) axis, inside its loop.

@@ -25,7 +25,10 @@
 //     statistics, its map (with sums over rows and d, fused per row) and its partial sums over the
 //     rows are sweeps over the block, the later ones from cache; with block_values a value that
 //     calls a transcendental and that a sum reads (DyT's backward's tanh) is computed once per
-//     block into f32 scratch that those sweeps read, instead of evaluated in each of them.
+//     block into f32 scratch that those sweeps read, instead of evaluated in each of them; with
+//     column_rows = k the partial sums add k rows' terms to a vector in registers (the rows
+//     unrolled inside the vector loop) before storing it, so the partial rows (d floats each, past
+//     L1 at d = 8192) are loaded and stored once per k rows (blocks of rows a multiple of k).
 //   - map layout (DyT, BatchNorm eval): parallel over the outer axis, vectorized along the inner one
 //     (the two innermost fused when the plan allows it and fuse_inner_pair is on).
 // Reductions along the contiguous axis are split by vector_width, blocked by sum_block vectors and
@@ -70,6 +73,7 @@ struct CpuSchedule {
     bool sample_statistics = false; // root layout: statistics per index of the outermost axis, inside the map's loop
     bool group_statistics = false;  // with it: those keeping the second axis per index of that axis
     bool block_values = false;      // row layout with column sums: transcendental values once per block of rows
+    int column_rows = 1;            // row layout with column sums: rows added to a partial sum per load / store of it
     static CpuSchedule from(const ScheduleRecord &r);
 };
 

@@ -387,6 +387,12 @@ TEST_CASE("the schedule space follows the plan", "[tuning]") {
     CHECK(has(knobs("dyt", 4096, Isa::Avx512, true), "block_values"));
     CHECK_FALSE(has(knobs("layer_norm", 4096, Isa::Avx512, true), "block_values"));
     CHECK_FALSE(has(knobs("dyt", 4096, Isa::Avx512), "block_values"));
+    // Rows added per load / store of the partial sums: every row backward with sums over the rows
+    // (their parameter gradients), not a forward, nor a backward without parameters (no such sums).
+    CHECK(has(knobs("layer_norm", 4096, Isa::Avx512, true), "column_rows"));
+    CHECK(has(knobs("dyt", 4096, Isa::Avx512, true), "column_rows"));
+    CHECK_FALSE(has(knobs("layer_norm", 4096, Isa::Avx512), "column_rows"));
+    CHECK_FALSE(has(knobs("layer_norm_no_affine", 4096, Isa::Avx512, true), "column_rows"));
     const NormSpec ln = catalog("layer_norm");
     const KernelPlan p = make_plan(ln, DType::F32, Variant::Core);
     const auto mlir = schedule_space(ln, p, choose_schedule(p, ScheduleKind::MlirCpu, Isa::Avx2), 4096);
