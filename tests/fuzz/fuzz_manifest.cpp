@@ -2,14 +2,13 @@
 // the table is empty) or be refused with a UserError naming the manifest; never a crash.
 #include "runtime/errors.h"
 #include "runtime/registry.h"
+#include "scratch_file.h"
 
 #include <HalideRuntime.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <unistd.h>
 
 using namespace normgen;
 
@@ -19,11 +18,7 @@ extern "C" int halide_copy_to_host(void *, halide_buffer_t *) { return 0; }
 extern "C" int halide_device_free(void *, halide_buffer_t *) { return 0; }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static const std::string path = "/tmp/normgen-fuzz-manifest-" + std::to_string(getpid()) + ".json";
-    FILE *f = std::fopen(path.c_str(), "wb");
-    if (!f) std::abort();
-    if (size) std::fwrite(data, 1, size, f);
-    std::fclose(f);
+    const std::string &path = test::write_scratch(".json", data, size);
     try {
         Registry reg = Registry::load(path, nullptr, 0);
         for (const Registry::Kernel *k : reg.kernels()) (void)k->runs_here();

@@ -2,21 +2,16 @@
 // shape, or a UserError naming the file; never a crash, an allocation the file cannot back, or a hang.
 #include "runtime/errors.h"
 #include "runtime/npy.h"
+#include "scratch_file.h"
 
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <unistd.h>
 
 using namespace normgen;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static const std::string path = "/tmp/normgen-fuzz-npy-" + std::to_string(getpid()) + ".npy";
-    FILE *f = std::fopen(path.c_str(), "wb");
-    if (!f) std::abort();
-    if (size) std::fwrite(data, 1, size, f);
-    std::fclose(f);
+    const std::string &path = test::write_scratch(".npy", data, size);
     try {
         HostTensor t = read_npy(path);
         int64_t n = 1;
