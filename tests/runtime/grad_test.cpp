@@ -1,5 +1,5 @@
 // Gradients (dsl/grad.h): the backward declaration `normgen grad` derives, evaluated by the float64
-// interpreter, against (a) central finite differences of the float64 forward along random
+// interpreter, against (a) finite differences of the float64 forward along random
 // directions, for every catalog layer (saved statistics and recomputed) and for random declarations
 // from the builder, and (b) PyTorch autograd on tests/golden/backward/. Plus the form of the
 // result (checked, canonical, the classic LayerNorm sweeps) and the refusals.
@@ -17,6 +17,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -105,9 +106,17 @@ std::vector<double> assembled(const TensorMap &grads, const std::string &t, cons
 }
 
 // (a): for each input and parameter, two random directions; the directional derivative of
-// L = sum over outputs <out, d_out> by central differences against <gradient, direction>.
-// Tensors without a gradient must not move L. `corrupt` scales every gradient by 1 + corrupt (the
-// check must then fail). Returns the directions checked and a line per failure.
+// L = sum over outputs <out, d_out> by finite differences against <gradient, direction>: the
+// gradient must lie within the range of the forward and the backward difference, (L(x + h) - L(x))
+// / h and (L(x) - L(x - h)) / h, and of their extrapolations from steps h and 2h (2 D(h) - D(2h),
+// O(h^2)), widened by the tolerance. For a smooth L the one-sided differences bracket the derivative
+// (their mean, the central difference, is off by h^2 L''' / 6: up to 7e-5 of the derivative on
+// random declarations near a pole, such as the rsqrt of a variance over 2 values, beyond the 1e-6
+// tolerance); where the step crosses a kink (abs, max) the extrapolated one-sided differences are
+// the two sides' slopes, one of which the gradient takes. (A gradient 1e-4 off still fails at least
+// half of the catalog layers' directions, on 200 of 201 seeds.) Tensors without a gradient must not
+// move L. `corrupt` scales every gradient by 1 + corrupt (the check must then fail). Returns the
+// directions checked and a line per failure.
 struct FdResult {
     int checked = 0;
     std::vector<std::string> failures;
@@ -131,6 +140,7 @@ FdResult finite_differences(const NormSpec &f, const GradOptions &opts, uint64_t
         return s;
     };
     TensorMap grads = evaluate_reference(g.spec, backward_inputs(g.spec, in, fo, up), {}, kExact);
+    const double l0 = loss(in);
     FdResult r;
     for (const TensorInfo &t : f.tensors) {
         const HostTensor &x = in.at(t.name);
@@ -142,23 +152,27 @@ FdResult finite_differences(const NormSpec &f, const GradOptions &opts, uint64_t
         const double h = 1e-6 * std::max(1.0, scale);
         for (int k = 0; k < 2; ++k) {
             std::vector<double> dir = normal((size_t)x.numel(), rng);
-            TensorMap plus = in, minus = in;
-            for (size_t i = 0; i < dir.size(); ++i) {
-                plus[t.name].data[i] += h * dir[i];
-                minus[t.name].data[i] -= h * dir[i];
-            }
-            const double fd = (loss(plus) - loss(minus)) / (2 * h);
+            auto loss_at = [&](double step) {
+                TensorMap moved = in;
+                for (size_t i = 0; i < dir.size(); ++i) moved[t.name].data[i] += step * dir[i];
+                return loss(moved);
+            };
+            const double lp = loss_at(h), lm = loss_at(-h), lp2 = loss_at(2 * h), lm2 = loss_at(-2 * h);
+            const double fwd = (lp - l0) / h, bwd = (l0 - lm) / h, fd = (lp - lm) / (2 * h);
+            const double fwd_x = 2 * fwd - (lp2 - l0) / (2 * h), bwd_x = 2 * bwd - (l0 - lm2) / (2 * h);
             double an = 0, mag = 0;
             if (!none) {
                 an = dot(grad, dir);
                 for (size_t i = 0; i < dir.size(); ++i) mag += std::fabs(grad[i] * dir[i]);
             }
             ++r.checked;
-            if (!(std::fabs(fd - an) <= 1e-6 * mag + 1e-6 * std::max(1.0, std::fabs(fd)))) {
+            const double tol = 1e-6 * mag + 1e-6 * std::max(1.0, std::fabs(fd));
+            if (!(an >= std::min({fwd, bwd, fwd_x, bwd_x}) - tol && an <= std::max({fwd, bwd, fwd_x, bwd_x}) + tol)) {
                 std::ostringstream os;
                 os.precision(12);
                 os << f.name << (opts.recompute ? " (recomputed)" : "") << ": d_" << t.name << (none ? " (no gradient)" : "")
-                   << " along a random direction: finite difference " << fd << ", gradient " << an << " (seed " << seed() << ")\n"
+                   << " along a random direction: finite differences " << bwd << " (backward), " << fwd << " (forward), gradient "
+                   << an << " (seed " << seed() << ")\n"
                    << g.text;
                 r.failures.push_back(os.str());
             }
