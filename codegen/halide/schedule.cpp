@@ -465,8 +465,8 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
         if (columns) task = max(task, s.column_block_elements / max(row_elems, 1));
         // (column_rows > 1: a block is a whole number of such groups of rows, so the partial
         // sums' blocks are the map's)
-        const int quad = columns ? std::max(1, s.column_rows) : 1;
-        if (quad > 1) task = (task + (quad - 1)) / quad * quad;
+        const int group_rows = columns ? std::max(1, s.column_rows) : 1;
+        if (group_rows > 1) task = (task + (group_rows - 1)) / group_rows * group_rows;
         auto shape_loops = [&](Func f) {
             if (nrow == 0) return;
             std::vector<VarOrRVar> outer;
@@ -536,25 +536,27 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
                 // column_rows > 1: the rows of a block in groups of that many, the group's terms added
                 // to one vector of the partial sums with the group's rows unrolled innermost (the
                 // partial row, d floats, loaded and stored once per group, not once per row).
-                if (quad > 1) f.update().split(rr, rq, rk, quad, TailStrategy::GuardWithIf).split(rq, rbo, rbi, task / quad, TailStrategy::GuardWithIf);
+                if (group_rows > 1)
+                    f.update().split(rr, rq, rk, group_rows, TailStrategy::GuardWithIf).split(rq, rbo, rbi, task / group_rows, TailStrategy::GuardWithIf);
                 else f.update().split(rr, rbo, rbi, task, TailStrategy::GuardWithIf);
                 const std::vector<Var> kept = f.args();
                 Func intm = f.update().rfactor(rbo, ro);
                 intm.compute_root().vectorize(vi, vw, TailStrategy::GuardWithIf);
                 std::vector<VarOrRVar> ord(kept.begin(), kept.end());
-                if (quad > 1) {
-                    // (the vectors' loop keeps the name of vi: Halide looks up a nested
-                    // compute_with's level among the outermost fused stage's loops, y's)
-                    Var vv("col_lane");
-                    intm.update().split(vi, vi, vv, vw, TailStrategy::GuardWithIf);
-                    ord.erase(ord.begin());
-                    ord.insert(ord.begin(), {vv, rk, vi});
-                }
                 ord.push_back(rbi);
                 ord.push_back(ro);
-                intm.update().reorder(ord).parallel(ro);
-                if (quad > 1) intm.update().vectorize(Var("col_lane")).unroll(rk);
-                else intm.update().vectorize(vi, vw, TailStrategy::GuardWithIf);
+                if (group_rows > 1) {
+                    // The lanes innermost, then the group's rows (unrolled), then the vectors; the
+                    // vectors' loop keeps the name of vi: Halide looks a nested compute_with's level
+                    // up among the outermost fused stage's loops, y's.
+                    Var lane("col_lane");
+                    intm.update().split(vi, vi, lane, vw, TailStrategy::GuardWithIf);
+                    ord.erase(std::find_if(ord.begin(), ord.end(), [&](const VarOrRVar &v) { return v.name() == vi.name(); }));
+                    ord.insert(ord.begin(), {lane, rk, vi});
+                    intm.update().reorder(ord).parallel(ro).vectorize(lane).unroll(rk);
+                } else {
+                    intm.update().reorder(ord).parallel(ro).vectorize(vi, vw, TailStrategy::GuardWithIf);
+                }
                 // Fused with the other column sums' sweeps that read no statistics (one pass over
                 // the block for all of them); one that reads statistics makes its own pass (Halide
                 // cannot bound a statistic read inside another stage's fused loop).
@@ -635,7 +637,7 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
         desc << "statistics per row in cache, vectorize " << spec.axes[inner].name << " x" << vw;
         if (!kept_values.empty()) desc << "; " << kept_values.size() << " transcendental value(s) computed once per block of rows";
         if (columns) desc << "; sums over " << spec.axes[order[0]].name << " as partials per block of rows (>= " << s.column_block_elements
-                          << " elements) in the same block loop" << (quad > 1 ? ", " + std::to_string(quad) + " rows a vector of partials" : "")
+                          << " elements) in the same block loop" << (group_rows > 1 ? ", " + std::to_string(group_rows) + " rows a vector of partials" : "")
                           << ", then a final reduce";
     } else {
         // Root schedule: statistics first, parallel over their outermost independent axis; or,
