@@ -14,14 +14,17 @@
 //   {"cmd": "verify", "kernel": "c1", "sweep": true}
 //        c1 on the case's tensors (outputs poisoned, a sample checked against the reference) and,
 //        with sweep, on a spread of the verifier's shapes (large mean included)
-//   {"cmd": "measure", "kernels": [...], "rounds": R, "min_sample_s": S, "reread_bytes": N}
+//   {"cmd": "measure", "kernels": [...], "rounds": R, "min_sample_s": S, "reread_bytes": N, "limits": true}
 //        R rounds; in each, one sample (back-to-back calls for at least S seconds, after one untimed
 //        call unless that one alone took S) of every kernel,
 //        of the streaming and the plain copy of the case's bytes, and, when N > 0, of a read-only
 //        sweep of N bytes (the second read of a layer whose statistics do not fit the cache), in an
 //        order rotated every round. Reply: per kernel and limit the median, 20th and 80th percentile
-//        of seconds per call; "layer_limit": the case's bytes over (the faster copy [+ the read])
-//        per round.
+//        of seconds per call, and per kernel its samples in round order ("samples_s": the same
+//        round's samples of two kernels ran within a round's time of each other, so their ratio
+//        is free of the machine's slower drifts); "layer_limit": the case's bytes over (the faster
+//        copy [+ the read]) per round. With "limits": false, the kernels alone (no copies; the
+//        "layer_limit" 0): the tuner's confirmation of one candidate against its best.
 //   {"cmd": "quit"}
 #include "bench/copy_roofline.h"
 #include "bench/kernel_case.h"
@@ -220,8 +223,10 @@ private:
         for (const std::string &id : ids) fns.push_back(get(json{{"id", id}}, "id").kernel->argv);
         // Items: the kernels, then the limits.
         const size_t nk = ids.size();
-        std::vector<std::string> limits{"copy_nt", "copy_plain"};
-        if (reread > 0) limits.push_back("read");
+        const bool with_limits = c.value("limits", true);
+        std::vector<std::string> limits;
+        if (with_limits) limits = {"copy_nt", "copy_plain"};
+        if (with_limits && reread > 0) limits.push_back("read");
         std::vector<std::vector<double>> samples(nk + limits.size());
         std::vector<double> layer;
         std::vector<std::string> failed(nk);
@@ -260,13 +265,16 @@ private:
             }
             // The layer's limit this round: the faster of the two copies (streaming stores win past
             // the cache, ordinary ones inside it), after the second read of x when there is one.
-            layer.push_back(std::min(limit_now["copy_nt"], limit_now["copy_plain"]) + (reread > 0 ? limit_now["read"] : 0.0));
+            if (with_limits) layer.push_back(std::min(limit_now["copy_nt"], limit_now["copy_plain"]) + (reread > 0 ? limit_now["read"] : 0.0));
             std::cout << json{{"progress", r + 1}, {"of", rounds}}.dump() << std::endl;
         }
         json results = json::object(), lim = json::object();
         for (size_t i = 0; i < nk; ++i) {
             if (!failed[i].empty()) results[ids[i]] = {{"error", failed[i]}};
-            else results[ids[i]] = stats(samples[i]);
+            else {
+                results[ids[i]] = stats(samples[i]);
+                results[ids[i]]["samples_s"] = samples[i];  // round by round: paired across kernels
+            }
         }
         for (size_t i = 0; i < limits.size(); ++i) lim[limits[i]] = stats(samples[nk + i]);
         // The layer's limit per round: bytes / (streaming copy [+ second read]) seconds.

@@ -1,6 +1,7 @@
 #include "codegen/common/tuning_search.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace normgen {
 
@@ -13,6 +14,25 @@ void CoordinateSearch::add_backend(const std::string &backend, const ScheduleRec
 }
 
 std::vector<std::string> CoordinateSearch::backends() const { return order_; }
+
+std::optional<PairedRatio> paired_ratio(const SearchTiming &a, const SearchTiming &b) {
+    if (a.rounds.size() < 3 || a.rounds.size() != b.rounds.size()) return std::nullopt;
+    std::vector<double> q;
+    for (size_t r = 0; r < a.rounds.size(); ++r) {
+        if (!(a.rounds[r] > 0) || !(b.rounds[r] > 0)) return std::nullopt;
+        q.push_back(a.rounds[r] / b.rounds[r]);
+    }
+    std::sort(q.begin(), q.end());
+    // Quantiles interpolated between order statistics (bench/measure_main.cpp's, for the timings).
+    auto at = [&](double f) {
+        const double pos = f * (double)(q.size() - 1);
+        const size_t i = (size_t)pos;
+        return i + 1 < q.size() ? q[i] + (pos - (double)i) * (q[i + 1] - q[i]) : q[i];
+    };
+    return PairedRatio{at(0.5), at(0.8) - at(0.2), q.size()};
+}
+
+bool PairedRatio::faster() const { return median < 1 - std::max(0.01, 1.5 * spread / std::sqrt((double)rounds)); }
 
 bool CoordinateSearch::State::first_try(const ScheduleRecord &r) {
     const std::string text = r.text();
@@ -109,22 +129,45 @@ std::vector<SearchCandidate> CoordinateSearch::next() {
 
 void CoordinateSearch::report(const std::map<std::string, SearchTiming> &bests, const std::vector<std::optional<SearchTiming>> &candidates) {
     moved_ = false;
+    pending_.clear();
     for (const auto &[b, t] : bests)
         if (state_.count(b)) state_.at(b).best_time = t;
     for (const std::string &b : order_) {
         State &s = state_.at(b);
         if (!s.best_time || s.best_time->median <= 0) continue;
+        std::optional<size_t> promising;  // the lowest paired median below 0.995, for confirm()
+        double lowest = 0.995;
         for (size_t i = 0; i < candidates.size() && i < batch_.size(); ++i) {
             if (batch_[i].backend != b || !candidates[i] || candidates[i]->median <= 0) continue;
             const SearchTiming &bt = *s.best_time;
-            const double noise = std::max(0.01, 0.5 * (bt.p80 - bt.p20) / bt.median);
-            if (candidates[i]->median < bt.median * (1 - noise)) {
+            bool faster;
+            if (auto q = paired_ratio(*candidates[i], bt)) {
+                if (confirming_) {
+                    if (q->median < lowest) lowest = q->median, promising = i;
+                    continue;
+                }
+                faster = q->faster();
+            } else {
+                faster = candidates[i]->median < bt.median * (1 - std::max(0.01, 0.5 * (bt.p80 - bt.p20) / bt.median));
+            }
+            if (faster) {
                 s.best = batch_[i].record;
                 s.best_time = candidates[i];
                 moved_ = moved_this_pass_ = true;
             }
         }
+        if (promising) pending_.push_back(batch_[*promising]);
     }
+}
+
+bool CoordinateSearch::confirm(const SearchCandidate &c, const SearchTiming &best, const SearchTiming &candidate) {
+    auto it = state_.find(c.backend);
+    const auto q = paired_ratio(candidate, best);
+    if (it == state_.end() || !q || !q->faster()) return false;
+    it->second.best = c.record;
+    it->second.best_time = candidate;
+    moved_ = moved_this_pass_ = true;
+    return true;
 }
 
 }  // namespace normgen

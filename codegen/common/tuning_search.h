@@ -15,8 +15,22 @@
 //             when the space is exhausted (two passes, or one that moved nothing)
 //   report()  the batch's timings: each backend's best re-measured in the same batch, and the
 //             candidates that passed verification (a rejected candidate has no timing and can never
-//             become a best). A candidate replaces its backend's best when its median is below the
-//             best's by more than the noise of the batch: max(1%, half the best's p20-p80 spread).
+//             become a best). A candidate replaces its backend's best when it is faster by more
+//             than the noise of the batch. With both timed round by round in the same batch
+//             (SearchTiming::rounds), the statistic is the paired one: the median over the rounds
+//             of the candidate's time over the best's in the same round (two kernels timed within
+//             a round of each other see the same neighbours, so the machine's drift between
+//             rounds cancels), and it must be below 1 - max(1%, 1.5 x the ratios' p20-p80 spread /
+//             sqrt(rounds)), about two standard errors of that median. Without rounds: the median
+//             below the best's by more than max(1%, half the best's p20-p80 spread).
+//   confirm() with confirm_with_more_rounds(true) (the tuner), report() takes no decision on
+//             paired timings: the candidate of the batch with the lowest paired median, if below
+//             0.995, is pending(), and the driver times it against the best alone for more rounds
+//             and calls confirm(), which applies the same rule to those rounds. Measured on the
+//             AMD EPYC VM (RMSNorm backward 4096 x 8192, 12 batches of 5 rounds): a kernel
+//             against itself passed the batch-only paired rule in 2 batches, a 2.5% gain
+//             (column_rows=4) in 4 (one call's time varies 5-10% there); 30 rounds put that
+//             gain's paired median at 0.966-0.979 in four of four runs.
 //
 // Plain data in, plain data out, so tests can plant a better schedule in a toy space and watch it
 // being found.
@@ -34,7 +48,22 @@ namespace normgen {
 
 struct SearchTiming {
     double median = 0, p20 = 0, p80 = 0;  // seconds per call
+    std::vector<double> rounds;           // seconds per call, one sample a round of the batch (may be empty)
+    SearchTiming() = default;
+    SearchTiming(double median_s, double p20_s, double p80_s, std::vector<double> rounds_s = {})
+        : median(median_s), p20(p20_s), p80(p80_s), rounds(std::move(rounds_s)) {}
 };
+
+// The paired comparison of `a` against `b` timed in the same batch: the median and the p20-p80
+// spread over the rounds of a's sample over b's of the same round; nullopt without at least 3
+// rounds each, or with a different count.
+struct PairedRatio {
+    double median = 1, spread = 0;
+    size_t rounds = 0;
+    // Whether the first kernel is faster beyond the noise (the rule above).
+    bool faster() const;
+};
+std::optional<PairedRatio> paired_ratio(const SearchTiming &a, const SearchTiming &b);
 
 struct SearchCandidate {
     std::string backend;
@@ -66,6 +95,14 @@ public:
     // `candidates` index-aligned with the batch next() returned; nullopt for a rejected one.
     void report(const std::map<std::string, SearchTiming> &bests, const std::vector<std::optional<SearchTiming>> &candidates);
 
+    // Whether a paired win is confirmed with more rounds before it counts (see above).
+    void confirm_with_more_rounds(bool on) { confirming_ = on; }
+    // The candidates of the last report waiting for confirm(), one per backend at most.
+    const std::vector<SearchCandidate> &pending() const { return pending_; }
+    // A pending candidate's timing against its backend's best, measured together round by round;
+    // true when it became the best. Pending is cleared by the next report().
+    bool confirm(const SearchCandidate &c, const SearchTiming &best, const SearchTiming &candidate);
+
     const ScheduleRecord &best(const std::string &backend) const { return state_.at(backend).best; }
     // The timing of a backend's best in the last batch that measured it (nullopt before any).
     std::optional<SearchTiming> best_timing(const std::string &backend) const { return state_.at(backend).best_time; }
@@ -87,7 +124,8 @@ private:
     void add_candidates(const std::string &backend, State &s, size_t knob);
     std::map<std::string, State> state_;
     std::vector<std::string> order_;  // backends in the order added
-    std::vector<SearchCandidate> batch_, seeds_;
+    std::vector<SearchCandidate> batch_, seeds_, pending_;
+    bool confirming_ = false;
     size_t knob_ = 0;
     int pass_ = 0;
     bool moved_ = false, moved_this_pass_ = false;

@@ -59,12 +59,16 @@ usage: normgen tune FILE.norm... | --catalog [--backend halide,mlir] [--dtype f3
   output bucketed to a power of two (exactly up to 8), the innermost extent's alignment class and
   where the bytes live against this CPU's caches), starting from both backends' default schedules:
   one knob of the schedule record at a time, each value tried from the best record so far, kept
-  when it beats it by more than the noise of the same batch. Every candidate is compiled ahead of
+  when it beats it beyond the noise: a candidate whose time over the best's in the same round has
+  a median below 0.995 over the batch's rounds is timed against the best alone for about 6 s more
+  (24-96 rounds) and kept when the median of those ratios is below 1 - max(1%, about two standard
+  errors). Every candidate is compiled ahead of
   time, checked against the float64 reference (the case's tensors, then a spread of the verifier's
   shapes with a large mean) before it is timed; a wrong one is discarded and logged
   (DIR/rejected.log). Timing (normgen-measure, beside this program) is interleaved round by round
   with both defaults and the copy rooflines of the same bytes; the last batch times the defaults,
-  each backend's best and Halide's autoschedulers together, and its fastest is the class's choice.
+  each backend's best and Halide's autoschedulers together, and its fastest (again by the rounds'
+  ratios, to the Halide default) is the class's choice.
   Ctrl-C stops after the batch at hand and keeps what was found.
 
   --backend LIST     halide, mlir or both (default both; mlir needs normgen-mlir beside normgen)
@@ -287,8 +291,11 @@ struct Candidate {
 struct Timing {
     double median = 0, p20 = 0, p80 = 0;
     int reps = 0;
+    std::vector<double> samples;  // seconds per call, round by round (normgen-measure's samples_s)
     std::string error;
 };
+
+SearchTiming search_timing(const Timing &t) { return SearchTiming{t.median, t.p20, t.p80, t.samples}; }
 
 struct BatchResult {
     std::map<std::string, Timing> t;  // by candidate id
@@ -830,12 +837,12 @@ private:
         std::ofstream(fs::path(o_.db) / "rejected.log", std::ios::app) << line << "\n";
     }
 
-    BatchResult measure(State &s, const std::vector<size_t> &which, int rounds, const std::string &what) {
+    BatchResult measure(State &s, const std::vector<size_t> &which, int rounds, const std::string &what, bool limits = true) {
         json ids = json::array();
         for (size_t i : which) ids.push_back(s.all[i].id);
         const std::string status = "  " + header(*s.job) + ": " + what;
         json r = request({{"cmd", "measure"}, {"kernels", ids}, {"rounds", rounds}, {"min_sample_s", o_.min_sample_s},
-                          {"reread_bytes", s.job->limit.reads_twice ? s.job->limit.reread_bytes : 0}},
+                          {"reread_bytes", s.job->limit.reads_twice ? s.job->limit.reread_bytes : 0}, {"limits", limits}},
                          status);
         if (!r.value("ok", false)) throw std::runtime_error("normgen-measure: " + r.value("error", "?"));
         BatchResult b;
@@ -848,6 +855,7 @@ private:
                 t.p20 = x["p20_s"];
                 t.p80 = x["p80_s"];
                 t.reps = x["reps"];
+                t.samples = x.value("samples_s", std::vector<double>{});
             }
             b.t[s.all[i].id] = t;
         }
@@ -1013,6 +1021,7 @@ private:
                 search.add_backend(b, b == "halide" ? hdef : mdef, space[b],
                                    [&, inner_extent](const ScheduleRecord &r) { return record_runs_on(*j.spec, j.plan, r, inner_extent); });
         add_seeds(search, j);
+        search.confirm_with_more_rounds(true);
         std::map<std::string, size_t> by_record;  // backend|record text -> index into s.all
         for (const auto &[b, i] : s.best) by_record[b + "|" + (b == "halide" ? hdef : mdef).text()] = i;
         // A batch starts only when it (as long as the one before: compiling and timing) and the
@@ -1050,7 +1059,7 @@ private:
                 auto timing = [&](size_t i) -> std::optional<SearchTiming> {
                     const Timing &t = s.last.t[s.all[i].id];
                     if (!t.error.empty() || t.median <= 0) return std::nullopt;
-                    return SearchTiming{t.median, t.p20, t.p80};
+                    return search_timing(t);
                 };
                 for (size_t n = 0; n < proposed.size(); ++n)
                     if (slot[n] >= 0) timings[n] = timing(batch[(size_t)slot[n]]);
@@ -1058,8 +1067,33 @@ private:
                     if (auto t = timing(i)) bests[b] = *t;
             }
             search.report(bests, timings);
+            // A paired win in the batch's few rounds is timed again against the best alone, for
+            // about 6 s (24-96 rounds), before it counts (tuning_search.h: confirm).
+            for (const SearchCandidate &p : search.pending()) {
+                const size_t best_i = s.best[p.backend], cand_i = by_record.at(p.backend + "|" + p.record.text());
+                const int rounds = std::clamp((int)(6.0 / std::max(1e-3, 2 * s.item_round_s)), 24, 96);
+                const BatchResult r = measure(s, {best_i, cand_i}, rounds, "confirming " + s.all[cand_i].label, false);
+                const Timing &bt = r.t.at(s.all[best_i].id), &ct = r.t.at(s.all[cand_i].id);
+                if (!bt.error.empty() || !ct.error.empty()) continue;
+                const bool won = search.confirm(p, search_timing(bt), search_timing(ct));
+                if (!won)
+                    if (auto q = paired_ratio(search_timing(ct), search_timing(bt)))
+                        progress_.line("  " + head + ": " + s.all[cand_i].label + ": " + fmt(q->median, 3) + "x the best's time over " +
+                                       std::to_string(q->rounds) + " rounds (p20-p80 spread " + fmt(q->spread, 3) + "), not beyond the noise");
+                // The confirmation's own timings stand for both (the batch's are of fewer rounds).
+                s.last.t[s.all[best_i].id] = bt;
+                s.last.t[s.all[cand_i].id] = ct;
+            }
             for (const std::string &b : search.backends()) {
+                const size_t was = s.best[b];
                 s.best[b] = by_record.at(b + "|" + search.best(b).text());
+                if (s.best[b] != was) {
+                    const Timing &now_t = s.last.t[s.all[s.best[b]].id], &was_t = s.last.t[s.all[was].id];
+                    std::string by = "median " + fmt(now_t.median / was_t.median, 3) + "x";
+                    if (auto q = paired_ratio(search_timing(now_t), search_timing(was_t)))
+                        by = "median over " + std::to_string(q->rounds) + " rounds of the ratio " + fmt(q->median, 3) + "x, p20-p80 spread " + fmt(q->spread, 3);
+                    progress_.line("  " + head + ": new best " + s.all[s.best[b]].label + ": its time " + by + " the last best's");
+                }
                 best_t[b] = s.last.t[s.all[s.best[b]].id];
             }
             report_status(s, best_t);
@@ -1077,11 +1111,19 @@ private:
         const double items = (double)last.size() + (j.limit.reads_twice ? 3 : 2);
         const int final_rounds = std::clamp((int)((class_budget_s_ - (now_s() - s.t0)) / std::max(1e-3, s.item_round_s * items)), 3, 2 * o_.rounds);
         BatchResult fin = g_interrupts ? s.last : measure(s, last, final_rounds, "final timing");
+        // The fastest finalist: by the median over the rounds of its time over the first default's
+        // (Halide's) in the same round when every finalist was timed round by round (as the search
+        // compares, tuning_search.h), else by its median.
+        const Timing &ref = fin.t[s.all[last[0]].id];
+        auto score = [&](const Timing &t) -> double {
+            if (!t.error.empty() || t.median <= 0) return 0;
+            if (auto q = paired_ratio(search_timing(t), search_timing(ref))) return q->median;
+            return t.median / (ref.error.empty() && ref.median > 0 ? ref.median : 1.0);
+        };
         size_t winner = last[0];
         for (size_t n = 0; n < finalists; ++n) {
-            const Timing &t = fin.t[s.all[last[n]].id];
-            const Timing &w = fin.t[s.all[winner].id];
-            if (t.error.empty() && t.median > 0 && (w.median <= 0 || t.median < w.median)) winner = last[n];
+            const double t = score(fin.t[s.all[last[n]].id]), w = score(fin.t[s.all[winner].id]);
+            if (t > 0 && (w <= 0 || t < w)) winner = last[n];
         }
         std::vector<TuningRecord> recs;
         for (size_t n = 0; n < last.size(); ++n) {
