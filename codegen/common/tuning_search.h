@@ -28,9 +28,10 @@
 //             0.995, is pending(), and the driver times it against the best alone for more rounds
 //             and calls confirm(), which applies the same rule to those rounds. Measured on the
 //             AMD EPYC VM (RMSNorm backward 4096 x 8192, 12 batches of 5 rounds): a kernel
-//             against itself passed the batch-only paired rule in 2 batches, a 2.5% gain
-//             (column_rows=4) in 4 (one call's time varies 5-10% there); 30 rounds put that
-//             gain's paired median at 0.966-0.979 in four of four runs.
+//             against itself passed a paired rule on the batch's own rounds (1 - max(1%, half
+//             the spread)) in 2 batches, a 2.5% gain (column_rows=4) in 4 (one call's time varies
+//             5-10% there); 30 rounds put that gain's paired median at 0.966-0.979 in four of
+//             four runs.
 //
 // Plain data in, plain data out, so tests can plant a better schedule in a toy space and watch it
 // being found.
