@@ -59,16 +59,16 @@ usage: normgen tune FILE.norm... | --catalog [--backend halide,mlir] [--dtype f3
   output bucketed to a power of two (exactly up to 8), the innermost extent's alignment class and
   where the bytes live against this CPU's caches), starting from both backends' default schedules:
   one knob of the schedule record at a time, each value tried from the best record so far, kept
-  when it beats it beyond the noise: a candidate whose time over the best's in the same round has
-  a median below 0.995 over the batch's rounds is timed against the best alone for about 6 s more
-  (24-96 rounds) and kept when the median of those ratios is below 1 - max(1%, about two standard
-  errors). Every candidate is compiled ahead of
-  time, checked against the float64 reference (the case's tensors, then a spread of the verifier's
-  shapes with a large mean) before it is timed; a wrong one is discarded and logged
-  (DIR/rejected.log). Timing (normgen-measure, beside this program) is interleaved round by round
-  with both defaults and the copy rooflines of the same bytes; the last batch times the defaults,
-  each backend's best and Halide's autoschedulers together, and its fastest (again by the rounds'
-  ratios, to the Halide default) is the class's choice.
+  when it beats it beyond the noise: the batch's candidate with the lowest median, over the
+  batch's rounds, of its time over the best's in the same round (if below 0.995) is timed against
+  the best alone for about 6 s more (24-96 rounds) and kept when the median of those ratios is
+  below 1 - max(1%, about two standard errors). Every candidate is compiled ahead of time, checked
+  against the float64 reference (the case's tensors, then a spread of the verifier's shapes with a
+  large mean) before it is timed; a wrong one is discarded and logged (DIR/rejected.log). Timing
+  (normgen-measure, beside this program) is interleaved round by round with both defaults and the
+  copy rooflines of the same bytes; the last batch times the defaults, each backend's best and
+  Halide's autoschedulers together, and its fastest (again by the rounds' ratios, to the Halide
+  default) is the class's choice.
   Ctrl-C stops after the batch at hand and keeps what was found.
 
   --backend LIST     halide, mlir or both (default both; mlir needs normgen-mlir beside normgen)
