@@ -14,6 +14,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <set>
 #include <sstream>
 
 #include <unistd.h>
@@ -57,4 +59,25 @@ TEST_CASE("a row sum's lanes are added by a vector reduce where every lane holds
     CHECK(count(lowered(rms, ""), "vector_reduce_add") >= 1);
     // A constant width shorter than the lanes: the serial loop stays (some lanes hold no partial sum).
     CHECK(count(lowered(rms, "fixed_inner_extent=4"), "vector_reduce_add") == 0);
+}
+
+// Independent means over the same row run in one sweep (schedule.cpp: compute_with), as
+// independent sums did: PolyNorm's mean(x^2), mean(x^4), mean(x^6) were three sweeps of the row.
+// A mean that reads another (LayerNorm's variance reads its mean) keeps its own sweep.
+TEST_CASE("a row's independent means share one sweep of the row", "[halide][schedule]") {
+    auto sweeps = [](const std::string &stmt) {
+        // The blocks of a mean's shifted sum, `for (red<N>_mean_sum[$k]_intm.s1[.fused].rib, ...`
+        // (Halide suffixes $k to a name made again in the same process): one loop name per
+        // sweep, a fused sweep named after its first mean's Func.
+        std::set<std::string> names;
+        const std::regex loop(R"(for \((red[0-9]+_mean_sum[$0-9]*_intm[^ ,]*\.rib),)");
+        for (auto it = std::sregex_iterator(stmt.begin(), stmt.end(), loop); it != std::sregex_iterator(); ++it) names.insert((*it)[1]);
+        return names.size();
+    };
+    for (const std::string knobs : {"", "row_accumulators=1", "fixed_inner_extent=4096"}) {
+        INFO("poly_norm " << knobs);
+        CHECK(sweeps(lowered(catalog("poly_norm"), knobs)) == 1);
+    }
+    CHECK(sweeps(lowered(catalog("layer_norm"), "")) == 1);  // its mean; the variance is a var's sum
+    CHECK(sweeps(lowered(catalog("rms_norm"), "")) == 1);
 }
