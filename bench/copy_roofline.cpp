@@ -2,6 +2,7 @@
 
 #include "bench/host_buffer.h"
 #include "bench/thread_pool.h"
+#include "runtime/quantile.h"
 
 #include <algorithm>
 #include <chrono>
@@ -172,13 +173,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 }  // namespace
-
-double median(std::vector<double> v) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    const size_t m = v.size() / 2;
-    return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
 
 const char *copy_isa() {
     if (kCopy == copy_avx512) return "avx512";

@@ -59,8 +59,4 @@ void copy_buffers(size_t bytes_each, const float **src, float **dst);
 // Frees the pool (between the big cases, so a 1 GiB copy pool does not sit beside the next case).
 void release_copy_buffers();
 
-// The median of samples (the mean of the middle two for an even count; 0 for none): the statistic
-// of every timing here, the benchmark's ratio counters and the labs'.
-double median(std::vector<double> v);
-
 }  // namespace normgen::bench

@@ -32,6 +32,7 @@
 #include "runtime/errors.h"
 #include "runtime/kernel_table.h"
 #include "runtime/mlir_abi.h"
+#include "runtime/quantile.h"
 #include "runtime/random_inputs.h"
 #include "runtime/registry.h"
 #include "runtime/run.h"
@@ -70,15 +71,6 @@ struct Loaded {
     std::unique_ptr<Registry> registry;
     const Registry::Kernel *kernel = nullptr;
 };
-
-double quantile(std::vector<double> v, double q) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    const double pos = q * (double)(v.size() - 1);
-    const size_t i = (size_t)pos;
-    const double f = pos - (double)i;
-    return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
-}
 
 json stats(const std::vector<double> &seconds) {
     return {{"median_s", quantile(seconds, 0.5)}, {"p20_s", quantile(seconds, 0.2)}, {"p80_s", quantile(seconds, 0.8)},

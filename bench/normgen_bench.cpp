@@ -48,6 +48,7 @@
 #include "bench/shape_grids.h"
 #include "bench/thread_pool.h"
 #include "runtime/kernel_table.h"
+#include "runtime/quantile.h"
 #include "runtime/registry.h"
 
 #include <benchmark/benchmark.h>
@@ -261,14 +262,6 @@ double process_cpu_seconds() {
 std::map<std::string, std::map<std::string, std::vector<double>>> &samples() {
     static std::map<std::string, std::map<std::string, std::vector<double>>> s;
     return s;
-}
-
-double quantile(std::vector<double> v, double q) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    const double pos = q * (double)(v.size() - 1);
-    const size_t i = (size_t)pos;
-    return i + 1 < v.size() ? v[i] + (pos - (double)i) * (v[i + 1] - v[i]) : v[i];
 }
 
 // One sample of each limit, just before a timed repetition: the copies of the case's bytes and,

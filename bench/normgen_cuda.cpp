@@ -12,6 +12,7 @@
 #include "bench/shape_grids.h"
 #include "runtime/cuda_launcher.h"
 #include "runtime/device.h"
+#include "runtime/quantile.h"
 #include "runtime/registry.h"
 #include "runtime/run.h"
 #include "runtime/storage.h"
@@ -241,11 +242,6 @@ double case_bytes(const Registry::Kernel &k, const std::map<std::string, int64_t
     double b = 0;
     for (const KernelArg &a : k.args) b += (double)arg_bytes(a, sizes);
     return b;
-}
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
 }
 
 // A Halide CUDA kernel on device buffers (no copies): the launcher's allocations wrapped for Halide.

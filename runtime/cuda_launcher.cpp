@@ -1,5 +1,6 @@
 #include "runtime/cuda_launcher.h"
 
+#include "runtime/quantile.h"
 #include "runtime/storage.h"
 
 #include <algorithm>
@@ -282,8 +283,7 @@ double CudaKernelRunner::time(std::map<std::string, std::vector<uint8_t>> &tenso
     driver_.synchronize();
     std::vector<double> t;
     for (int r = 0; r < reps; ++r) t.push_back(cuda->time_ms(call, launches));
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return median(t);
 }
 
 TensorMap CudaKernelRunner::run_f64(const TensorMap &inputs, const Overrides &axes) {

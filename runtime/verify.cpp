@@ -200,6 +200,11 @@ OutputBound spot_check_bound(const NormSpec &spec, const HostTensor &magnitude) 
     return b;
 }
 
+OutputBound spot_check_bound(const NormSpec &spec, const TensorMap &magnitudes, const std::string &name) {
+    auto it = magnitudes.find(name);
+    return it == magnitudes.end() ? spot_check_bound(spec) : spot_check_bound(spec, it->second);
+}
+
 std::string mismatch_text(const OutputCheck &c) {
     if (c.pass) return "";
     std::ostringstream os;

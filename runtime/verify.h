@@ -123,6 +123,9 @@ OutputBound spot_check_bound(const NormSpec &spec);
 // output (evaluate_magnitudes(spec, inputs)). For declarations whose terms cancel inside (the
 // backward kernels: d_x of a one-element LayerNorm row is exactly 0, a kernel's terms leave 3e-5).
 OutputBound spot_check_bound(const NormSpec &spec, const HostTensor &magnitude);
+// The bound of output `name` in a spot check: widened by its running error bound where
+// `magnitudes` (evaluate_magnitudes of the case: a backward kernel's) has one, else the plain one.
+OutputBound spot_check_bound(const NormSpec &spec, const TensorMap &magnitudes, const std::string &name);
 
 // 2 when the declaration uses a transcendental function (tanh, exp, log, sigmoid, pow), else 1.
 int ulp_allowance(const NormSpec &spec);

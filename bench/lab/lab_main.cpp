@@ -14,6 +14,7 @@
 #include "bench/kernel_case.h"
 #include "bench/lab/handwritten.h"
 #include "bench/thread_pool.h"
+#include "runtime/quantile.h"
 #include "runtime/kernel_table.h"
 #include "runtime/registry.h"
 

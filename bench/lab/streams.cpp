@@ -24,6 +24,7 @@
 #include "bench/host_buffer.h"
 #include "bench/thread_pool.h"
 #include "codegen/common/tuning_keys.h"
+#include "runtime/quantile.h"
 
 #include <algorithm>
 #include <chrono>
@@ -35,6 +36,7 @@
 #include <vector>
 
 using namespace normgen::bench;
+using normgen::median;
 
 namespace {
 

@@ -1,5 +1,7 @@
 #include "codegen/common/tuning_search.h"
 
+#include "runtime/quantile.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -22,14 +24,7 @@ std::optional<PairedRatio> paired_ratio(const SearchTiming &a, const SearchTimin
         if (!(a.rounds[r] > 0) || !(b.rounds[r] > 0)) return std::nullopt;
         q.push_back(a.rounds[r] / b.rounds[r]);
     }
-    std::sort(q.begin(), q.end());
-    // Quantiles interpolated between order statistics (bench/measure_main.cpp's, for the timings).
-    auto at = [&](double f) {
-        const double pos = f * (double)(q.size() - 1);
-        const size_t i = (size_t)pos;
-        return i + 1 < q.size() ? q[i] + (pos - (double)i) * (q[i + 1] - q[i]) : q[i];
-    };
-    return PairedRatio{at(0.5), at(0.8) - at(0.2), q.size()};
+    return PairedRatio{median(q), quantile(q, 0.8) - quantile(q, 0.2), q.size()};
 }
 
 bool PairedRatio::faster() const { return median < 1 - std::max(0.01, 1.5 * spread / std::sqrt((double)rounds)); }

@@ -157,8 +157,7 @@ TEST_CASE("no kernel reads or writes outside its tensors (guard pages on both si
                     if (a.role != KernelArg::Output) continue;
                     const TensorView &v = views.at(a.name);
                     HostTensor got{v.shape, decode((const uint8_t *)v.data, (size_t)v.numel(), a.dtype)};
-                    OutputCheck c = compare_output(a.name, got, ref.at(a.name), a.dtype,
-                                                   mags.empty() ? spot_check_bound(spec) : spot_check_bound(spec, mags.at(a.name)));
+                    OutputCheck c = compare_output(a.name, got, ref.at(a.name), a.dtype, spot_check_bound(spec, mags, a.name));
                     if (!c.pass) FAIL_CHECK(mismatch_text(c));
                 }
             }
