@@ -14,8 +14,8 @@
 #include "bench/kernel_case.h"
 #include "bench/lab/handwritten.h"
 #include "bench/thread_pool.h"
-#include "runtime/quantile.h"
 #include "runtime/kernel_table.h"
+#include "runtime/quantile.h"
 #include "runtime/registry.h"
 
 #include <algorithm>

@@ -63,7 +63,7 @@ TEST_CASE("a row sum's lanes are added by a vector reduce where every lane holds
 
 // Independent means over the same row run in one sweep (schedule.cpp: compute_with), as
 // independent sums did: PolyNorm's mean(x^2), mean(x^4), mean(x^6) were three sweeps of the row.
-// A mean that reads another (LayerNorm's variance reads its mean) keeps its own sweep.
+// A mean that reads another (SandwichNorm's mean(h^2), h made from mean(f^2)) keeps its own sweep.
 TEST_CASE("a row's independent means share one sweep of the row", "[halide][schedule]") {
     auto sweeps = [](const std::string &stmt) {
         // The blocks of a mean's shifted sum, `for (red<N>_mean_sum[$k]_intm.s1[.fused].rib, ...`
@@ -78,6 +78,7 @@ TEST_CASE("a row's independent means share one sweep of the row", "[halide][sche
         INFO("poly_norm " << knobs);
         CHECK(sweeps(lowered(catalog("poly_norm"), knobs)) == 1);
     }
+    CHECK(sweeps(lowered(catalog("sandwich_norm"), "")) == 2);
     CHECK(sweeps(lowered(catalog("layer_norm"), "")) == 1);  // its mean; the variance is a var's sum
     CHECK(sweeps(lowered(catalog("rms_norm"), "")) == 1);
 }
