@@ -46,6 +46,15 @@ const Node *find_mean_like(const NormSpec &spec, const Node &var) {
     return nullptr;
 }
 
+bool has_checked_variance(const NormSpec &spec) {
+    if (spec.variance != VarianceAlgorithm::TwoPass) return false;
+    std::function<bool(const Node &)> walk = [&](const Node &n) {
+        if (n.kind == Node::Reduce && n.reduce == ReduceOp::Var && n.over.size() == 1 && find_mean_like(spec, n)) return true;
+        return std::any_of(n.args.begin(), n.args.end(), [&](const NodePtr &a) { return walk(*a); });
+    };
+    return std::any_of(spec.values.begin(), spec.values.end(), [&](const ValueDef &d) { return walk(*d.expr); });
+}
+
 bool has_optional_outputs(const NormSpec &spec) {
     for (const OutputInfo &o : spec.outputs)
         if (o.optional) return true;

@@ -81,6 +81,11 @@ const std::vector<KnobSpec> &schedule_knobs(ScheduleKind k) {
          "row layout with sums over the rows (a backward's parameter gradients): rows whose terms each partial sum's vector adds in "
          "registers before it is stored (the row loop unrolled inside the vector loop), so the d-long partial rows, past L1 at large d, "
          "are loaded and stored once per that many rows"},
+        {"checked_variance", 1, 0, 1, true, false,
+         "row layout: a two-pass variance over one axis whose pass 1 is the layer's own mean (LayerNorm's) from shifted sums "
+         "of x - k and (x - k)^2 in the mean's sweep (k the mean's shift), the second pass over the row only where the shift "
+         "lies more than half a standard deviation from the mean (the one-pass formula could cancel there): one sweep of "
+         "the row fewer, the two-pass accuracy"},
         {"sibling_sums", 0, 0, 1, true, false,
          "root layout: independent sums over the same axes keeping the same axes (a backward's sum(d_y) and sum(d_y * xhat) per "
          "channel, its d_weight and d_bias) as one Tuple-valued sum, so one sweep reads the data for all of them"},
@@ -345,6 +350,7 @@ std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &p
         }
     }
     if (plan.layout == LayoutClass::Row) add("row_in_cache", {1, 0});
+    if (plan.layout == LayoutClass::Row && has_checked_variance(spec)) add("checked_variance", {1, 0});
     if (plan.statistics_per_outer_index(spec)) add("sample_statistics", {0, 1});
     if (plan.statistics_per_second_index(spec)) add("group_statistics", {0, 1}, {{"sample_statistics", 1}});
     if (plan.layout != LayoutClass::Row && !plan.sibling_sums().empty()) add("sibling_sums", {0, 1});

@@ -122,7 +122,9 @@ public:
                   plan.main_order.size() >= 2 && !plan.stages.empty()),
           block_variance_(tables_ && schedule.flag("block_variance") && spec.variance == VarianceAlgorithm::TwoPass),
           siblings_(cpu_root_layout(plan, schedule) && schedule.flag("sibling_sums") && !tables_ ? plan.sibling_sums()
-                                                                                             : std::vector<std::vector<const Node *>>{}) {
+                                                                                             : std::vector<std::vector<const Node *>>{}),
+          checked_variance_(schedule.kind() == ScheduleKind::HalideCpu && !cpu_root_layout(plan, schedule) && schedule.flag("checked_variance") &&
+                            spec.variance == VarianceAlgorithm::TwoPass) {
         p_.acc = spec.accumulate == DType::F64 ? Float(64) : Float(32);
         if (tables_) {
             tbl_inner_ = plan.main_order.back();
@@ -193,6 +195,10 @@ private:
     // instead): KernelPlan::sibling_sums's groups. One RDom, one update, each element one sum's
     // running total; the same terms in the same order as apart, so the same rounding.
     const std::vector<std::vector<const Node *>> siblings_;
+    // A two-pass variance over one axis whose pass 1 is the declaration's own mean, checked (the
+    // record's checked_variance, row schedules): see checked_mean.
+    const bool checked_variance_;
+    std::unordered_map<const Node *, Func> checked_sums_;  // per such variance: its mean's (S1, S2)
     AxisId tbl_inner_ = -1, tbl_outer_ = -1;
     bool consumer_inner_ = false;  // the Func being defined varies along tbl_inner_
     std::unordered_map<const Node *, Func> node_tables_;
@@ -478,6 +484,10 @@ private:
                 std::tie(result, blocked_var_func) = block_moments(n, base, pv, operand, rf);
                 break;
             }
+            if (const Node *var = checked_variance_of(n)) {
+                result = checked_mean(n, *var, base, pv, operand, rf);
+                break;
+            }
             Func k = shift(n, base, pv, operand, rf);
             Func s = sum_of(n, base + "_sum", [&](const Env &env) { return operand(env) - stat_at(k, n, env); }, rf);
             result = Func(base);
@@ -542,6 +552,44 @@ private:
             reduce_funcs_[group[i]] = member;
         }
         return reduce_funcs_.at(n);
+    }
+
+    // checked_variance applies to a two-pass variance over one axis whose pass 1 is the
+    // declaration's own mean (LayerNorm's row).
+    const Node *checked_variance_of(const Node &mean) const {
+        if (!checked_variance_ || mean.over.size() != 1) return nullptr;
+        const Node *found = nullptr;
+        std::function<void(const Node &)> walk = [&](const Node &m) {
+            if (!found && m.kind == Node::Reduce && m.reduce == ReduceOp::Var && m.over == mean.over && find_mean_like(spec_, m) == &mean) found = &m;
+            for (const auto &a : m.args) walk(*a);
+        };
+        for (const ValueDef &d : spec_.values) walk(*d.expr);
+        return found;
+    }
+
+    // The mean of a checked two-pass variance's operand, with its shifted sums S1 = sum(x - k) and
+    // S2 = sum((x - k)^2) in one sweep (k the mean's shift; a Tuple-valued sum). The variance
+    // (variance()) is then S2 / n - (S1 / n)^2, exact to a few ulps of the variance whenever
+    // (S1 / n)^2, the squared distance of the shift from the mean, is at most a quarter of it:
+    // the subtraction then cancels at most a factor 1.25. On a row where it is not (the first 64
+    // elements unlike the rest: a trend, a step, sorted data) the second pass over the row runs
+    // as before, the squared deviations from the mean, and gives the variance; its sweep is an
+    // update whose domain is empty on the other rows.
+    Func checked_mean(const Node &n, const Node &var, const std::string &base, const std::vector<Var> &pv,
+                      const std::function<Expr(const Env &)> &operand, ReductionFuncs &rf) {
+        Func k = shift(n, base, pv, operand, rf);
+        auto [r, axes] = rdom_for(n.over, "r_" + base + "_sums");
+        const Env env = bind(n, r, axes);
+        const Expr zero = cast(p_.acc, 0);
+        Func s(base + "_sums");
+        s(pv) = Tuple(zero, zero);
+        const Expr d = operand(env) - stat_at(k, n, env);
+        s(pv) = Tuple(s(pv)[0] + d, s(pv)[1] + d * d);
+        rf.updates.push_back({s, r, axes, true});
+        checked_sums_[&var] = s;
+        Func mu(base);
+        mu(pv) = k(pv) + s(pv)[0] / count_of(n.over);
+        return mu;
     }
 
     // block_variance applies to a two-pass variance whose pass 1 is the declaration's own mean, over
@@ -646,6 +694,27 @@ private:
                 mu = Func(base + "_mean");
                 mu(pv) = k(pv) + s(pv) / count;
                 rf.helpers.push_back(mu);
+            }
+            if (auto it = checked_sums_.find(&n); it != checked_sums_.end()) {
+                // (checked_mean) The one-pass estimate from the shifted sums where the shift is
+                // within half a standard deviation of the mean, else the second pass.
+                const Func &sums = it->second;
+                const Expr m1 = sums(pv)[0] / count;
+                Func one(base + "_one_pass");
+                one(pv) = max(sums(pv)[1] / count - m1 * m1, cast(p_.acc, 0));
+                Func ok(base + "_one_pass_ok");
+                ok(pv) = m1 * m1 * cast(p_.acc, 4) <= one(pv);
+                rf.helpers.push_back(one);
+                auto [r, axes] = rdom_for(n.over, "r_" + base + "_ssd");
+                r.where(!ok(pv));
+                const Env env = bind(n, r, axes);
+                Func ss(base + "_ssd");
+                ss(pv) = cast(p_.acc, 0);
+                const Expr d = operand(env) - stat_at(mu, n, env);
+                ss(pv) += d * d;
+                rf.updates.push_back({ss, r, axes, true});
+                v(pv) = select(ok(pv), one(pv), ss(pv) / count);
+                break;
             }
             Func ss = sum_of(n, base + "_ssd", [&](const Env &env) {
                 Expr d = operand(env) - stat_at(mu, n, env);

@@ -38,6 +38,12 @@ bool reaches(const NormSpec &spec, const Node &n, const Node *target) {
     return false;
 }
 
+// The value an output's definition names through plain references (d_x = g_h: g_h's index).
+int defining_value(const NormSpec &spec, int value) {
+    while (value >= 0 && spec.values[(size_t)value].expr->kind == Node::Value) value = spec.values[(size_t)value].expr->index;
+    return value;
+}
+
 // The update of a row statistic that sweeps the contiguous axis `inner` alone: a sum's only
 // update, or a mean's sum beside its shift (the bounded sum of its first <= 64 elements).
 ReductionFuncs::Update *row_sweep_update(ReductionFuncs &rf, AxisId inner) {
@@ -439,8 +445,12 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
     Func y = p.outputs[main];
     Var vi = p.vars[inner];
     std::vector<Func> same_shape;  // outputs that share y's loop nest
+    std::vector<size_t> same_shape_index;  // their indices in p.outputs
     for (size_t i = 0; i < p.outputs.size(); ++i)
-        if (std::count(plan.same_shape.begin(), plan.same_shape.end(), p.output_index[i])) same_shape.push_back(p.outputs[i]);
+        if (std::count(plan.same_shape.begin(), plan.same_shape.end(), p.output_index[i])) {
+            same_shape.push_back(p.outputs[i]);
+            same_shape_index.push_back(i);
+        }
 
     // A map whose two innermost axes always travel together (BatchNorm's (h, w), GroupNorm NCHW's)
     // runs them as one contiguous loop: vectorized across a 7 x 7 plane, not along its 7-element
@@ -502,10 +512,18 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
         shape_loops(y);
         y.vectorize(map_inner(y), vw, TailStrategy::GuardWithIf);
         if (fuse_pair) y.specialize(p.extent[inner] > 0);
-        for (Func f : same_shape) {
+        // An output of y's shape in y's row loop; one that is the same value as y (a fused residual
+        // add's backward writes its gradient as d_x and as d_residual) in y's vector loop too: one
+        // loop computes it and stores both (fused_add_rms_norm's backward 4096 x 4096 f32: 0.94x
+        // the time of a loop each, AMD EPYC). Not outputs of other values: the fused forward's h
+        // beside its y took 1.085x.
+        const int main_value = defining_value(spec, spec.outputs[(size_t)p.output_index[main]].value);
+        for (size_t i : same_shape_index) {
+            Func f = p.outputs[i];
             shape_loops(f);
-            f.vectorize(vi, vw, TailStrategy::GuardWithIf);
-            if (nrow > 0) f.compute_with(y, ri);
+            f.vectorize(vi, vw, TailStrategy::GuardWithIf);  // (y's too: no fuse_pair with same_shape)
+            const bool same_value = defining_value(spec, spec.outputs[(size_t)p.output_index[i]].value) == main_value;
+            if (nrow > 0) f.compute_with(y, same_value ? vi : ri);
         }
         // Independent sums over the same contiguous axis (a backward's two row sums) and the
         // partial sums over the rows: each set fused into one sweep (compute_with).
@@ -668,6 +686,8 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
         desc << (p.reductions.empty() ? "map" : "row") << " schedule: " << (nrow ? "rows parallel (>= " : "") ;
         if (nrow) desc << s.min_task_elements << " elements a task), ";
         desc << "statistics per row in cache, vectorize " << spec.axes[inner].name << " x" << vw;
+        if (row && record.flag("checked_variance") && has_checked_variance(spec))
+            desc << "; the variance from the mean's shifted sums (its second pass only on rows whose shift is far from the mean)";
         if (!kept_values.empty()) desc << "; " << kept_values.size() << " transcendental value(s) computed once per block of rows";
         if (columns) desc << "; sums over " << spec.axes[order[0]].name << " as partials per block of rows (>= " << s.column_block_elements
                           << " elements) in the same block loop" << (group_rows > 1 ? ", " + std::to_string(group_rows) + " rows a vector of partials" : "")
