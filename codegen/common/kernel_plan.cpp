@@ -46,13 +46,17 @@ const Node *find_mean_like(const NormSpec &spec, const Node &var) {
     return nullptr;
 }
 
-bool has_checked_variance(const NormSpec &spec) {
-    if (spec.variance != VarianceAlgorithm::TwoPass) return false;
-    std::function<bool(const Node &)> walk = [&](const Node &n) {
-        if (n.kind == Node::Reduce && n.reduce == ReduceOp::Var && n.over.size() == 1 && find_mean_like(spec, n)) return true;
-        return std::any_of(n.args.begin(), n.args.end(), [&](const NodePtr &a) { return walk(*a); });
+std::vector<const Node *> checked_variances(const NormSpec &spec) {
+    std::vector<const Node *> found;
+    if (spec.variance != VarianceAlgorithm::TwoPass) return found;
+    std::function<void(const Node &)> walk = [&](const Node &n) {
+        if (n.kind == Node::Reduce && n.reduce == ReduceOp::Var && n.over.size() == 1 && find_mean_like(spec, n) &&
+            std::find(found.begin(), found.end(), &n) == found.end())
+            found.push_back(&n);
+        for (const auto &a : n.args) walk(*a);
     };
-    return std::any_of(spec.values.begin(), spec.values.end(), [&](const ValueDef &d) { return walk(*d.expr); });
+    for (const ValueDef &d : spec.values) walk(*d.expr);
+    return found;
 }
 
 bool has_optional_outputs(const NormSpec &spec) {

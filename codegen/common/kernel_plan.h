@@ -43,9 +43,10 @@ bool same_tree(const Node &a, const Node &b);
 // A mean(operand, over: same axes) of the same operand as `var` somewhere in the declaration
 // (LayerNorm's mu beside its var): a two-pass variance takes it as its first pass. nullptr if none.
 const Node *find_mean_like(const NormSpec &spec, const Node &var);
-// A two-pass variance over one axis whose pass 1 is the declaration's own mean of the same operand
-// (LayerNorm's row): what the Halide row schedule's checked_variance applies to.
-bool has_checked_variance(const NormSpec &spec);
+// The two-pass variances over one axis whose pass 1 is the declaration's own mean of the same
+// operand (LayerNorm's row), in declaration order: what the Halide row schedule's checked_variance
+// applies to (lower.cpp's checked_mean). Empty for one-pass and Welford declarations.
+std::vector<const Node *> checked_variances(const NormSpec &spec);
 
 // Whether the layer has an optional output (then it gets a "full" kernel beside the "core" one).
 bool has_optional_outputs(const NormSpec &spec);

@@ -350,7 +350,7 @@ std::vector<KnobChoice> schedule_space(const NormSpec &spec, const KernelPlan &p
         }
     }
     if (plan.layout == LayoutClass::Row) add("row_in_cache", {1, 0});
-    if (plan.layout == LayoutClass::Row && has_checked_variance(spec)) add("checked_variance", {1, 0});
+    if (plan.layout == LayoutClass::Row && !checked_variances(spec).empty()) add("checked_variance", {1, 0});
     if (plan.statistics_per_outer_index(spec)) add("sample_statistics", {0, 1});
     if (plan.statistics_per_second_index(spec)) add("group_statistics", {0, 1}, {{"sample_statistics", 1}});
     if (plan.layout != LayoutClass::Row && !plan.sibling_sums().empty()) add("sibling_sums", {0, 1});

@@ -123,8 +123,9 @@ public:
           block_variance_(tables_ && schedule.flag("block_variance") && spec.variance == VarianceAlgorithm::TwoPass),
           siblings_(cpu_root_layout(plan, schedule) && schedule.flag("sibling_sums") && !tables_ ? plan.sibling_sums()
                                                                                              : std::vector<std::vector<const Node *>>{}),
-          checked_variance_(schedule.kind() == ScheduleKind::HalideCpu && !cpu_root_layout(plan, schedule) && schedule.flag("checked_variance") &&
-                            spec.variance == VarianceAlgorithm::TwoPass) {
+          checked_variances_(schedule.kind() == ScheduleKind::HalideCpu && !cpu_root_layout(plan, schedule) && schedule.flag("checked_variance")
+                                 ? checked_variances(spec)
+                                 : std::vector<const Node *>{}) {
         p_.acc = spec.accumulate == DType::F64 ? Float(64) : Float(32);
         if (tables_) {
             tbl_inner_ = plan.main_order.back();
@@ -195,9 +196,9 @@ private:
     // instead): KernelPlan::sibling_sums's groups. One RDom, one update, each element one sum's
     // running total; the same terms in the same order as apart, so the same rounding.
     const std::vector<std::vector<const Node *>> siblings_;
-    // A two-pass variance over one axis whose pass 1 is the declaration's own mean, checked (the
-    // record's checked_variance, row schedules): see checked_mean.
-    const bool checked_variance_;
+    // The variances checked (the record's checked_variance, row schedules; KernelPlan's
+    // checked_variances): see checked_mean.
+    const std::vector<const Node *> checked_variances_;
     std::unordered_map<const Node *, Func> checked_sums_;  // per such variance: its mean's (S1, S2)
     AxisId tbl_inner_ = -1, tbl_outer_ = -1;
     bool consumer_inner_ = false;  // the Func being defined varies along tbl_inner_
@@ -447,10 +448,14 @@ private:
         return k;
     }
 
-    Func sum_of(const Node &n, const std::string &name, const std::function<Expr(const Env &)> &term, ReductionFuncs &rf) {
+    // sum(term) over n's reduced axes; with `where`, only where it holds (a predicate of n's pure
+    // vars: an empty sweep elsewhere).
+    Func sum_of(const Node &n, const std::string &name, const std::function<Expr(const Env &)> &term, ReductionFuncs &rf,
+                const Expr &where = Expr()) {
         Func s(name);
         std::vector<Var> pv = pure_vars(n.axes);
         auto [r, axes] = rdom_for(n.over, "r_" + name);
+        if (where.defined()) r.where(where);
         s(pv) = cast(p_.acc, 0);
         s(pv) += term(bind(n, r, axes));
         rf.updates.push_back({s, r, axes, true});
@@ -554,17 +559,11 @@ private:
         return reduce_funcs_.at(n);
     }
 
-    // checked_variance applies to a two-pass variance over one axis whose pass 1 is the
-    // declaration's own mean (LayerNorm's row).
+    // The checked variance whose pass 1 is `mean` (checked_variances_), or nullptr.
     const Node *checked_variance_of(const Node &mean) const {
-        if (!checked_variance_ || mean.over.size() != 1) return nullptr;
-        const Node *found = nullptr;
-        std::function<void(const Node &)> walk = [&](const Node &m) {
-            if (!found && m.kind == Node::Reduce && m.reduce == ReduceOp::Var && m.over == mean.over && find_mean_like(spec_, m) == &mean) found = &m;
-            for (const auto &a : m.args) walk(*a);
-        };
-        for (const ValueDef &d : spec_.values) walk(*d.expr);
-        return found;
+        for (const Node *var : checked_variances_)
+            if (find_mean_like(spec_, *var) == &mean) return var;
+        return nullptr;
     }
 
     // The mean of a checked two-pass variance's operand, with its shifted sums S1 = sum(x - k) and
@@ -586,6 +585,7 @@ private:
         const Expr d = operand(env) - stat_at(k, n, env);
         s(pv) = Tuple(s(pv)[0] + d, s(pv)[1] + d * d);
         rf.updates.push_back({s, r, axes, true});
+        rf.checked_variance = true;
         checked_sums_[&var] = s;
         Func mu(base);
         mu(pv) = k(pv) + s(pv)[0] / count_of(n.over);
@@ -695,6 +695,10 @@ private:
                 mu(pv) = k(pv) + s(pv) / count;
                 rf.helpers.push_back(mu);
             }
+            auto squared_deviation = [&](const Env &env) {
+                Expr d = operand(env) - stat_at(mu, n, env);
+                return d * d;
+            };
             if (auto it = checked_sums_.find(&n); it != checked_sums_.end()) {
                 // (checked_mean) The one-pass estimate from the shifted sums where the shift is
                 // within half a standard deviation of the mean, else the second pass.
@@ -705,21 +709,11 @@ private:
                 Func ok(base + "_one_pass_ok");
                 ok(pv) = m1 * m1 * cast(p_.acc, 4) <= one(pv);
                 rf.helpers.push_back(one);
-                auto [r, axes] = rdom_for(n.over, "r_" + base + "_ssd");
-                r.where(!ok(pv));
-                const Env env = bind(n, r, axes);
-                Func ss(base + "_ssd");
-                ss(pv) = cast(p_.acc, 0);
-                const Expr d = operand(env) - stat_at(mu, n, env);
-                ss(pv) += d * d;
-                rf.updates.push_back({ss, r, axes, true});
+                Func ss = sum_of(n, base + "_ssd", squared_deviation, rf, !ok(pv));
                 v(pv) = select(ok(pv), one(pv), ss(pv) / count);
                 break;
             }
-            Func ss = sum_of(n, base + "_ssd", [&](const Env &env) {
-                Expr d = operand(env) - stat_at(mu, n, env);
-                return d * d;
-            }, rf);
+            Func ss = sum_of(n, base + "_ssd", squared_deviation, rf);
             v(pv) = ss(pv) / count;
             break;
         }

@@ -45,6 +45,9 @@ struct ReductionFuncs {
     int block_second = -1;
     std::vector<Halide::Func> block_funcs;
     AxisId block_axis = -1;
+    // A mean whose sweep also sums the shifted squares of a checked variance (checked_variance,
+    // lower.cpp's checked_mean).
+    bool checked_variance = false;
 };
 
 struct LoweredPipeline {

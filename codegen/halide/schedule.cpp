@@ -444,13 +444,9 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
 
     Func y = p.outputs[main];
     Var vi = p.vars[inner];
-    std::vector<Func> same_shape;  // outputs that share y's loop nest
-    std::vector<size_t> same_shape_index;  // their indices in p.outputs
+    std::vector<size_t> same_shape;  // the outputs that share y's loop nest (indices in p.outputs)
     for (size_t i = 0; i < p.outputs.size(); ++i)
-        if (std::count(plan.same_shape.begin(), plan.same_shape.end(), p.output_index[i])) {
-            same_shape.push_back(p.outputs[i]);
-            same_shape_index.push_back(i);
-        }
+        if (std::count(plan.same_shape.begin(), plan.same_shape.end(), p.output_index[i])) same_shape.push_back(i);
 
     // A map whose two innermost axes always travel together (BatchNorm's (h, w), GroupNorm NCHW's)
     // runs them as one contiguous loop: vectorized across a 7 x 7 plane, not along its 7-element
@@ -518,7 +514,7 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
         // the time of a loop each, AMD EPYC). Not outputs of other values: the fused forward's h
         // beside its y took 1.085x.
         const int main_value = defining_value(spec, spec.outputs[(size_t)p.output_index[main]].value);
-        for (size_t i : same_shape_index) {
+        for (size_t i : same_shape) {
             Func f = p.outputs[i];
             shape_loops(f);
             f.vectorize(vi, vw, TailStrategy::GuardWithIf);  // (y's too: no fuse_pair with same_shape)
@@ -686,7 +682,7 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
         desc << (p.reductions.empty() ? "map" : "row") << " schedule: " << (nrow ? "rows parallel (>= " : "") ;
         if (nrow) desc << s.min_task_elements << " elements a task), ";
         desc << "statistics per row in cache, vectorize " << spec.axes[inner].name << " x" << vw;
-        if (row && record.flag("checked_variance") && has_checked_variance(spec))
+        if (std::any_of(p.reductions.begin(), p.reductions.end(), [](const ReductionFuncs &rf) { return rf.checked_variance; }))
             desc << "; the variance from the mean's shifted sums (its second pass only on rows whose shift is far from the mean)";
         if (!kept_values.empty()) desc << "; " << kept_values.size() << " transcendental value(s) computed once per block of rows";
         if (columns) desc << "; sums over " << spec.axes[order[0]].name << " as partials per block of rows (>= " << s.column_block_elements
@@ -766,7 +762,8 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
         }
         y.parallel(outer).vectorize(map_inner(y), vw, TailStrategy::GuardWithIf);
         if (fuse_pair) y.specialize(p.extent[inner] > 0);
-        for (Func f : same_shape) {
+        for (size_t i : same_shape) {
+            Func f = p.outputs[i];
             f.parallel(outer).vectorize(vi, vw, TailStrategy::GuardWithIf);
             f.compute_with(y, outer);
         }
@@ -796,8 +793,7 @@ std::string schedule_cpu(LoweredPipeline &p, const NormSpec &spec, const KernelP
         desc << "; a stage's sums over the same axes computed together, one sweep for each group of them";
     // Small outputs (saved statistics, running statistics): computed on their own.
     for (size_t i = 0; i < p.outputs.size(); ++i) {
-        if (i == main || std::find_if(same_shape.begin(), same_shape.end(), [&](const Func &f) { return f.name() == p.outputs[i].name(); }) != same_shape.end())
-            continue;
+        if (i == main || std::count(same_shape.begin(), same_shape.end(), i)) continue;
         Func f = p.outputs[i];
         if (f.dimensions() > 0) f.vectorize(f.args()[0], vw, TailStrategy::GuardWithIf);
     }
