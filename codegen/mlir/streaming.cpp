@@ -80,40 +80,49 @@ llvm::Value *emulated_bf16_rounding(llvm::Value *v) {
     return nullptr;
 }
 
-// Replaces each trunc(rounding >> 16) to i16 of `f` by the bits of fptrunc(float to bfloat);
-// the integer operations left without uses are erased.
+// Replaces each trunc(rounding >> 16) to i16 of `f` by the bits of fptrunc(float to bfloat), and
+// each rounding & 0xffff0000 (a rounding point to bf16 inside the computation, `round(e, to: x)`
+// in a bf16 kernel: the float -> bfloat16 -> float round trip as LLVM folds it) by the bits of
+// fpext(fptrunc(float to bfloat)); the integer operations left without uses are erased.
 int make_bf16_native(llvm::Function &f) {
     using namespace llvm::PatternMatch;
-    std::vector<llvm::TruncInst *> found;
-    std::vector<llvm::Value *> floats;
+    struct Found {
+        llvm::Instruction *at;  // the trunc, or the and
+        llvm::Value *x;         // the float (or its i32 bits) rounded
+        bool round_trip;        // the and: back to float
+    };
+    std::vector<Found> found;
     for (llvm::BasicBlock &bb : f)
         for (llvm::Instruction &i : bb) {
-            auto *t = llvm::dyn_cast<llvm::TruncInst>(&i);
-            if (!t || !t->getSrcTy()->getScalarType()->isIntegerTy(32) || !t->getDestTy()->getScalarType()->isIntegerTy(16)) continue;
             llvm::Value *sum = nullptr;
-            if (!match(t->getOperand(0), m_LShr(m_Value(sum), m_SpecificInt(16)))) continue;
-            if (llvm::Value *x = emulated_bf16_rounding(sum)) {
-                found.push_back(t);
-                floats.push_back(x);
+            bool round_trip = false;
+            if (auto *t = llvm::dyn_cast<llvm::TruncInst>(&i)) {
+                if (!t->getSrcTy()->getScalarType()->isIntegerTy(32) || !t->getDestTy()->getScalarType()->isIntegerTy(16) ||
+                    !match(t->getOperand(0), m_LShr(m_Value(sum), m_SpecificInt(16))))
+                    continue;
+            } else if (i.getType()->getScalarType()->isIntegerTy(32) && match(&i, m_And(m_Value(sum), m_SpecificInt(0xffff0000u)))) {
+                round_trip = true;
+            } else {
+                continue;
             }
+            if (llvm::Value *x = emulated_bf16_rounding(sum)) found.push_back({&i, x, round_trip});
         }
-    for (size_t k = 0; k < found.size(); ++k) {
-        llvm::TruncInst *t = found[k];
-        llvm::IRBuilder<> b(t);
-        llvm::Type *bf = b.getBFloatTy();
-        if (auto *vt = llvm::dyn_cast<llvm::VectorType>(t->getDestTy())) bf = llvm::VectorType::get(bf, vt->getElementCount());
-        llvm::Value *x = floats[k];
-        if (!x->getType()->getScalarType()->isFloatTy()) {
-            llvm::Type *f32 = b.getFloatTy();
-            if (auto *vt = llvm::dyn_cast<llvm::VectorType>(x->getType())) f32 = llvm::VectorType::get(f32, vt->getElementCount());
-            x = b.CreateBitCast(x, f32);
-        }
-        llvm::Value *bits = b.CreateBitCast(b.CreateFPTrunc(x, bf), t->getDestTy());
-        t->replaceAllUsesWith(bits);
+    for (const Found &fd : found) {
+        llvm::IRBuilder<> b(fd.at);
+        auto vector_of = [&](llvm::Type *t) -> llvm::Type * {
+            if (auto *vt = llvm::dyn_cast<llvm::VectorType>(fd.at->getType())) return llvm::VectorType::get(t, vt->getElementCount());
+            return t;
+        };
+        llvm::Type *f32 = vector_of(b.getFloatTy());
+        llvm::Value *x = fd.x;
+        if (!x->getType()->getScalarType()->isFloatTy()) x = b.CreateBitCast(x, f32);
+        llvm::Value *bf = b.CreateFPTrunc(x, vector_of(b.getBFloatTy()));
+        llvm::Value *bits = b.CreateBitCast(fd.round_trip ? b.CreateFPExt(bf, f32) : bf, fd.at->getType());
+        fd.at->replaceAllUsesWith(bits);
         // The integer operations left without uses (each queued once; an erased one is no
         // longer anyone's operand, so it is never queued again).
-        std::vector<llvm::Instruction *> work{t};
-        std::set<llvm::Instruction *> queued{t};
+        std::vector<llvm::Instruction *> work{fd.at};
+        std::set<llvm::Instruction *> queued{fd.at};
         while (!work.empty()) {
             llvm::Instruction *d = work.back();
             work.pop_back();

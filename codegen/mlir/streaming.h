@@ -15,7 +15,9 @@
 // nearest even: bits + 0x7fff + ((bits >> 16) & 1), then >> 16; six vector instructions and a pack
 // per vector), even for a target with AVX512-BF16. With `native_bf16`, in each function whose
 // target features include +avx512bf16, that exact sequence becomes `fptrunc float to bfloat`, which
-// LLVM 22 emits as vcvtneps2bf16 (also round to nearest even). The two differ only where the
+// LLVM 22 emits as vcvtneps2bf16 (also round to nearest even), and a rounding point inside the
+// computation (`round(e, to: x)`: the round trip that LLVM folds to bits & 0xffff0000) becomes
+// fpext(fptrunc(float to bfloat)). The two differ only where the
 // emulation is wrong or the input is subnormal: a NaN stays a NaN (the emulation's carry turned
 // some into -0 or infinities), and subnormal floats (below 1.2e-38) become zero. (A streaming
 // store of such a value keeps its integer type through an empty inline asm: LLVM 22 would fold

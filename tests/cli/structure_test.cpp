@@ -209,8 +209,10 @@ TEST_CASE("bf16 kernels for AVX512-BF16 convert natively, streaming stores stay 
           std::string::npos);
     // The step also gives the bf16 kernels their multiply-adds back (Halide compiles a bf16 store's
     // value strictly: DyT's rational tanh came out as 13 vmulps + 10 vaddps), and a rounding whose
-    // float was loaded as integers (fused add + RMSNorm's h, narrowed from its f32 row) is native too.
-    for (const char *layer : {"dyt", "fused_add_rms_norm"}) {
+    // float was loaded as integers (fused add + RMSNorm's h, narrowed from its f32 row) is native too,
+    // as is a rounding point inside the computation (Llama's RMSNorm rounds x * rstd to bf16 before
+    // the weight: the round trip to bf16 and back, which LLVM folds to bits & 0xffff0000).
+    for (const char *layer : {"dyt", "fused_add_rms_norm", "rms_norm_llama"}) {
         Result r = normgen_cli("compile " + src(std::string("dsl/catalog/") + layer + ".norm") + " --dtype bf16 --target " + spr +
                                " -o " + (dir / layer).string());
         INFO(r.out);
@@ -225,6 +227,9 @@ TEST_CASE("bf16 kernels for AVX512-BF16 convert natively, streaming stores stay 
         CHECK(dyt_asm.find("vfmadd") != std::string::npos);
         CHECK(fused_asm.find("vcvtneps2bf16") != std::string::npos);
         CHECK(fused_asm.find("vpmovdw") == std::string::npos);  // no emulated narrowing left
+        const std::string llama_asm = disassembly(dir / "rms_norm_llama" / "rms_norm_llama__bf16__avx512__core.o");
+        CHECK(llama_asm.find("vcvtneps2bf16") != std::string::npos);
+        CHECK(llama_asm.find("vpsrld") == std::string::npos);  // no emulated rounding left (its (bits >> 16) & 1)
     }
     std::string features;
     const nlohmann::json zm = nlohmann::json::parse(std::ifstream(dir / "z" / "manifest.json"));
