@@ -44,9 +44,13 @@ struct Case {
     std::map<std::string, std::string> error;
     double copy_nt = 0, copy_plain = 0, read = 0, bytes = 0;
     // The layer's limit at this shape (the streaming copy, or a read + the copy when x is read
-    // twice): median and spread of the case's interleaved samples (the last row's, which saw all).
+    // twice): median and spread of the case's interleaved samples as the tuned row carries them
+    // (those taken up to and with its own timing, in its run), else as the last row does (which
+    // saw all). Not the last row's where a tuned row has them: a file merged from several runs
+    // (each row the median of its runs) may hold a case's rows from different runs, and a tuned
+    // kernel's share of the limit is of the limit measured beside it (its `layer_frac`).
     double limit = 0, limit_p20 = 0, limit_p80 = 0;
-    bool reads_twice = false;
+    bool reads_twice = false, limit_of_tuned = false;
     double lim() const { return limit > 0 ? limit : std::max(copy_nt, copy_plain); }  // runs without limit counters: the faster copy
     std::string key() const { return layer + "/" + model + "/" + dtype + "/" + shape; }
     std::string label() const { return model + " " + shape + (dtype == "f32" ? "" : " " + dtype); }
@@ -166,7 +170,8 @@ Parsed parse(const std::string &path) {
         if (num(b, "copy_nt_GBps") > 0) dst.copy_nt = num(b, "copy_nt_GBps");
         if (num(b, "copy_plain_GBps") > 0) dst.copy_plain = num(b, "copy_plain_GBps");
         if (num(b, "read_GBps") > 0) dst.read = num(b, "read_GBps");
-        if (num(b, "limit_GBps") > 0) {
+        if (num(b, "limit_GBps") > 0 && !dst.limit_of_tuned) {
+            dst.limit_of_tuned = impl == "normgen";
             dst.limit = num(b, "limit_GBps");
             dst.limit_p20 = num(b, "limit_p20_GBps");
             dst.limit_p80 = num(b, "limit_p80_GBps");
@@ -367,9 +372,10 @@ int run_report(const ReportOptions &opt) {
        << "schedule record, `MLIR` the mlir-cpu kernel with its default record, Adams2019 / Li2018 / Mullapudi2016\n"
        << "Halide's autoschedulers on the same algorithm with the case's shape as estimates.\n"
        << "`limit`: the layer's limit at the case, measured interleaved with the implementations (median and\n"
-       << "p20-p80 of the case's samples): a copy of the same bytes (the faster of non-temporal and ordinary\n"
-       << "stores), or for a layer whose statistics span more than the cache holds (`r+c`) a read-only sweep of\n"
-       << "x followed by that copy.\n"
+       << "p20-p80 of the case's samples up to and with the tuned row's timing, in its run: a file merged from\n"
+       << "several runs may hold a case's rows from different runs): a copy of the same bytes (the faster of\n"
+       << "non-temporal and ordinary stores), or for a layer whose statistics span more than the cache holds\n"
+       << "(`r+c`) a read-only sweep of x followed by that copy.\n"
        << "`% of limit`, `vs best vendor` (max of oneDNN and PyTorch) and `vs default` are the tuned kernel's;\n"
        << "every implementation was checked against the float64 reference before it was timed. Where the tuned\n"
        << "row ran the default's own kernel (the class kept the default record), `vs default` is 1.00x (same\n"

@@ -169,3 +169,18 @@ TEST_CASE("report: a tuned row that ran the default's own kernel is 1.00x the de
     CHECK(md.find("tuned 10.00 GB/s, adams2019 14.00 GB/s (0.71x") != std::string::npos);
     CHECK(md.find("tuned 10.00 GB/s, default") == std::string::npos);
 }
+
+TEST_CASE("report: a case's limit is the one measured beside its tuned row, not a later row's from another run", "[cli][report]") {
+    // A file merged from several runs (each row the median of its runs) may hold the DRAM case's
+    // Adams2019 row from a run whose copy ran at 80 GB/s: the tuned row's 16 GB/s stays 40 % of the
+    // 40 GB/s measured beside it, not 20 %.
+    std::string text = read(kSmall);
+    const std::string row = "\"name\": \"layer_norm/llama3-70b/f32/16384x8192/adams2019/";
+    const size_t at = text.find(row);
+    REQUIRE(at != std::string::npos);
+    text.insert(at, "\"limit_GBps\": 80.0, \"limit_p20_GBps\": 70.0, \"limit_p80_GBps\": 90.0,\n      ");
+    const std::string md = report_of(text);
+    CHECK(md.find("| 40.0 (36.0-44.0) | 40% | **0.89x** | 1.33x |") != std::string::npos);
+    CHECK(md.find("| layer_norm | 2 | 16.00 GB/s (llama3-70b 16384x8192) | 40% (36-44%) |") != std::string::npos);
+    CHECK(md.find("80.0 (70.0-90.0)") == std::string::npos);
+}
