@@ -10,9 +10,17 @@
 #                           what was verified before timing; [limit]: the layer's limit there)
 #   build/report/report.md  tables, summary, losses; build/report/LAYER.png plots
 # Extra arguments go to the benchmark (e.g. --benchmark_filter=layer_norm). NORMGEN_BENCH_NO_AUTO=1
-# skips the autoschedulers. Nothing else should run meanwhile (the numbers are bandwidths).
+# skips the autoschedulers. NORMGEN_BENCH_RUNS=N runs the grid N times (build/bench.json,
+# build/bench.2.json, ...; logs alike) and reports them together: each case whole from the run
+# whose tuned row is its median (`normgen report` with several files; a noisy machine's numbers).
+# Nothing else should run meanwhile (the numbers are bandwidths).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+runs=${NORMGEN_BENCH_RUNS:-1}
+if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
+  echo "bench.sh: NORMGEN_BENCH_RUNS must be a positive whole number (got '$runs')" >&2
+  exit 1
+fi
 scripts/build.sh
 extra=()
 if [[ -z "${NORMGEN_BENCH_NO_AUTO:-}" ]]; then
@@ -24,5 +32,13 @@ if [[ -z "${NORMGEN_BENCH_NO_AUTO:-}" ]]; then
   build/bin/normgen autoschedule "${files[@]}" --dtype f32,bf16 --shapes grid -o build/autoschedule
   extra=(--normgen_extra=build/autoschedule)
 fi
-build/bin/normgen_bench "${extra[@]}" --benchmark_out=build/bench.json --benchmark_out_format=json "$@" 2>&1 | tee build/bench.txt
-build/bin/normgen report build/bench.json -o build/report
+outs=()
+for ((i = 1; i <= runs; ++i)); do
+  suffix=""
+  [[ $i -gt 1 ]] && suffix=".$i"
+  [[ $runs -gt 1 ]] && echo "bench.sh: run $i of $runs (build/bench$suffix.json)"
+  build/bin/normgen_bench "${extra[@]}" --benchmark_out="build/bench$suffix.json" --benchmark_out_format=json "$@" 2>&1 |
+    tee "build/bench$suffix.txt"
+  outs+=("build/bench$suffix.json")
+done
+build/bin/normgen report "${outs[@]}" -o build/report

@@ -170,14 +170,17 @@ commands:
                         nearest class on the nearest CPU (or the default), its
                         measurement. A program's registry chooses among its built kernels
                         the same way (Registry::select_for, whose Selection::why says it).
-  report RESULTS.json -o DIR [--no-plots] [--print]
+  report RESULTS.json... -o DIR [--no-plots] [--print]
                         Turn normgen_bench's Google Benchmark JSON (--benchmark_out=FILE
                         --benchmark_out_format=json; scripts/bench.sh writes
                         build/bench.json) into DIR/report.md: per layer and case each
                         implementation's GB/s, % of the copy rooflines and the speedup
                         over the best vendor, a summary and every case normgen loses;
-                        and DIR/LAYER.png plots (python3-matplotlib). Nothing is written
-                        when the file is not valid. --print: the markdown to stdout too.
+                        and DIR/LAYER.png plots (python3-matplotlib). Several files:
+                        runs of the same grid, each case taken whole from the run whose
+                        tuned row is its median (a noisy machine: run it three times).
+                        Nothing is written when a file is not valid. --print: the
+                        markdown to stdout too.
 
 options:
   -h, --help            Show this help (also: normgen <command> --help).
@@ -206,13 +209,11 @@ int cmd_report(const std::vector<std::string> &args) {
             o.print = true;
         } else if (!a.empty() && a[0] == '-') {
             throw Usage("report: unknown option '" + a + "'");
-        } else if (o.input.empty()) {
-            o.input = a;
         } else {
-            throw Usage("report: one results file at a time (got '" + o.input + "' and '" + a + "')");
+            o.inputs.push_back(a);
         }
     }
-    if (o.input.empty()) throw Usage("report: give the benchmark's JSON file");
+    if (o.inputs.empty()) throw Usage("report: give the benchmark's JSON file");
     if (o.out_dir.empty()) throw Usage("report: give -o DIR");
     return run_report(o);
 }

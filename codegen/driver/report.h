@@ -4,11 +4,15 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace normgen {
 
 struct ReportOptions {
-    std::string input;       // Google Benchmark JSON (--benchmark_out_format=json)
+    // Google Benchmark JSON (--benchmark_out_format=json): one run, or several runs of the same
+    // grid, merged per case: every row of a case from the run whose tuned row is the case's median
+    // (so a case's rows and its limit come from one run).
+    std::vector<std::string> inputs;
     std::string out_dir;     // created if missing; report.md, data.json, LAYER.png
     bool plots = true;       // --no-plots: markdown only
     bool print = false;      // --print: also write the markdown to stdout

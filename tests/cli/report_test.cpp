@@ -114,6 +114,14 @@ TEST_CASE("report: bad input is refused and nothing is written", "[cli][report]"
         CHECK(r.out.find("no normgen_bench rows") != std::string::npos);
         fs::remove(bad);
     }
+    SECTION("several runs, one of them malformed") {
+        fs::path bad = fs::temp_directory_path() / "normgen-report-bad2.json";
+        std::ofstream(bad) << "{\"benchmarks\": [ {\"name\": ";
+        Result r = normgen_cli("report " + kSmall + " " + bad.string() + " -o " + dir.string());
+        CHECK(r.code == 1);
+        CHECK(r.out.find("not valid JSON") != std::string::npos);
+        fs::remove(bad);
+    }
     SECTION("no output folder") {
         Result r = normgen_cli("report " + kSmall);
         CHECK(r.code == 1);
@@ -183,4 +191,49 @@ TEST_CASE("report: a case's limit is the one measured beside its tuned row, not 
     CHECK(md.find("| 40.0 (36.0-44.0) | 40% | **0.89x** | 1.33x |") != std::string::npos);
     CHECK(md.find("| layer_norm | 2 | 16.00 GB/s (llama3-70b 16384x8192) | 40% (36-44%) |") != std::string::npos);
     CHECK(md.find("80.0 (70.0-90.0)") == std::string::npos);
+}
+
+TEST_CASE("report: several runs of one grid, each case whole from the run of its tuned row's median", "[cli][report]") {
+    // Three runs: the DRAM case's tuned row at 16 GB/s beside a 40 GB/s limit and a default at 12
+    // (the file as is), at 10 beside 25 and 9, at 20 beside 80 and 11. The median run is the first:
+    // 16 GB/s, 40 % of its 40, its default's 12 beside it (1.33x) — not another run's limit, nor the
+    // default's own median (11: a row-by-row merge).
+    const std::string text = read(kSmall);
+    auto edited = [&](const char *gbps, const char *limit, const char *dflt) {
+        std::string t = text;
+        auto swap = [&](const std::string &from, const std::string &to) {
+            const size_t at = t.find(from);
+            REQUIRE(at != std::string::npos);
+            t.replace(at, from.size(), to);
+        };
+        swap("\"GBps\": 16.0", std::string("\"GBps\": ") + gbps);
+        swap("\"limit_GBps\": 40.0", std::string("\"limit_GBps\": ") + limit);
+        const std::string dname = "\"name\": \"layer_norm/llama3-70b/f32/16384x8192/default/";
+        const size_t d = t.find(dname);
+        REQUIRE(d != std::string::npos);
+        const size_t g = t.find("\"GBps\": 12.0", d);
+        REQUIRE(g != std::string::npos);
+        t.replace(g, std::string("\"GBps\": 12.0").size(), std::string("\"GBps\": ") + dflt);
+        return t;
+    };
+    std::vector<fs::path> files;
+    for (const std::string &t : {text, edited("10.0", "25.0", "9.0"), edited("20.0", "80.0", "11.0")}) {
+        files.push_back(fs::temp_directory_path() / ("normgen-report-run-" + fresh_dir().filename().string() + ".json"));
+        std::ofstream(files.back()) << t;
+    }
+    const fs::path dir = fresh_dir();
+    Result r = normgen_cli("report " + files[1].string() + " " + files[0].string() + " " + files[2].string() + " -o " + dir.string() +
+                           " --no-plots");
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    const std::string md = read(dir / "report.md");
+    CHECK(md.find("(3 runs; each case's rows from the run of its tuned row's median)") != std::string::npos);
+    CHECK(md.find("| llama3-70b 16384x8192 | 1024.0 | **16.00** | 12.00 |") != std::string::npos);
+    CHECK(md.find("| 40.0 (36.0-44.0) | 40% | **0.89x** | 1.33x |") != std::string::npos);
+    // The other cases are the same in every run: each appears once.
+    const std::string small_case = "| llama3-8b 4096x4096 | 128.0 | **30.00** |";
+    CHECK(md.find(small_case) != std::string::npos);
+    CHECK(md.find(small_case, md.find(small_case) + 1) == std::string::npos);
+    for (const fs::path &f : files) fs::remove(f);
+    fs::remove_all(dir);
 }
