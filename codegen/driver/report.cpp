@@ -39,7 +39,6 @@ struct Measure {
 
 struct Case {
     std::string layer, model, dtype, shape;
-    int order = 0;                         // first appearance in the file
     std::map<std::string, Measure> impl;   // by implementation
     std::map<std::string, std::string> error;
     double copy_nt = 0, copy_plain = 0, read = 0, bytes = 0;
@@ -148,7 +147,6 @@ Parsed parse(const std::string &path) {
         c.shape = parts[3];
         auto it = index.find(c.key());
         if (it == index.end()) {
-            c.order = (int)r.cases.size();
             it = index.emplace(c.key(), r.cases.size()).first;
             r.cases.push_back(c);
         }
@@ -233,7 +231,6 @@ Parsed merge_runs(std::vector<Parsed> runs) {
             pick = timed[(timed.size() - 1) / 2];
         }
         m.cases.push_back(*pick);
-        m.cases.back().order = (int)m.cases.size() - 1;
     }
     return m;
 }
