@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <set>
 #include <sstream>
@@ -38,6 +39,21 @@ CaseSpec case_spec(const GridCase &g) {
 }
 
 namespace {
+
+// Bytes a process checking a case on its whole tensor holds for each byte of the case's own
+// tensors: LayerNorm's backward at 4096 x 8192 (x, d_y, d_x: 384 MiB), with every implementation
+// of the grid, peaked at 4.8 GB resident (GNU time), 11.9x.
+constexpr double kWholeCheckBytesPerByte = 12;
+
+// MemAvailable of /proc/meminfo in bytes (-1 where it cannot be read).
+int64_t available_memory_bytes() {
+    std::ifstream f("/proc/meminfo");
+    std::string key, unit;
+    int64_t kib = 0;
+    while (f >> key >> kib >> unit)
+        if (key == "MemAvailable:") return kib * 1024;
+    return -1;
+}
 
 uint64_t splitmix64(uint64_t &s) {
     uint64_t z = (s += 0x9e3779b97f4a7c15ull);
@@ -281,6 +297,25 @@ void KernelCase::setup(uint64_t seed, const Registry::Kernel *forward) {
     }
 
     choose_sample_axis();
+    // A case checked on the whole tensor holds the float64 reference of all of it, beside its own
+    // tensors and the baselines' (ATen's autograd): about kWholeCheckBytesPerByte bytes for each
+    // byte of the case's tensors (above).
+    // On a 480 MiB-L3 Xeon the backward's DRAM-sized cases are 1 GiB a tensor, which needed more than
+    // the machine's 24 GB: the kernel killed the benchmark and its whole JSON with it. Such a case
+    // is refused, saying what it needs, when the memory available cannot hold it.
+    if (sample_whole_) {
+        const int64_t need = (int64_t)((double)bytes_ * kWholeCheckBytesPerByte), have = available_memory_bytes();
+        if (have >= 0 && need - (int64_t)bytes_ > have) {
+            const double gib = 1024.0 * 1024 * 1024;
+            std::ostringstream m;
+            m.precision(1);
+            m << std::fixed << "skipped: checked on the whole tensor (its float64 reference and the baselines beside it), the case needs about "
+              << (double)need / gib << " GiB of memory and " << (double)(have + (int64_t)bytes_) / gib << " GiB is available";
+            error_ = m.str();
+            args_.clear();
+            return;
+        }
+    }
     if (spec_.grad) {
         if (!forward) throw std::logic_error("a backward case needs the full kernel of its forward layer");
         fill_saved_statistics(*forward, seed);

@@ -16,8 +16,9 @@
 # f32 (66 classes at NORMGEN_TUNE_BUDGET=40, 34 minutes) and bf16 (17 classes at 60, 13-66 s each,
 # 12 minutes, with warm starts from the previous choices); on an Intel Xeon with AVX-512 and
 # 480 MiB L3, forward f32 (77 classes, budget 30, a few at 60-150) and bf16 (18 classes, budget 100, 35 minutes:
-# its DRAM-sized cases are 2 GiB); the backward f32 classes are tuned on the AMD EPYC with AVX-512 (28
-# classes at 40, 18 minutes), not on the Xeons.
+# its DRAM-sized cases are 2 GiB; on 2026-12-07 its GroupNorm, InstanceNorm and DyT f32 classes again at
+# 40, the 2 GiB ones at 150); the backward f32 classes are tuned on the AMD EPYC with AVX-512 (28
+# classes at 40, 18 minutes), and on that Xeon only GroupNorm NCHW's and InstanceNorm's (4 at 40).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh

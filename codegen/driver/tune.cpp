@@ -905,25 +905,32 @@ private:
     // Warm starts (CoordinateSearch::add_seed; tuning_db.h warm_starts): the class's own last choice
     // on this CPU, then the schedules this layer's index chose for other classes on it, nearest
     // first, three at most; those outside this class's space are left out by the search.
-    void add_seeds(CoordinateSearch &search, const ClassJob &j) {
+    // Returns the class's own last choice when it is a seed (tune_class makes it a finalist).
+    std::optional<SearchCandidate> add_seeds(CoordinateSearch &search, const ClassJob &j) {
         std::vector<TuningRecord> prior;
         try {
             prior = db_.best(j.spec->name, kernel_identity(*j.spec));
         } catch (const UserError &) {
-            return;  // an unreadable index: no warm start (compaction says why)
+            return std::nullopt;  // an unreadable index: no warm start (compaction says why)
         }
+        std::optional<SearchCandidate> own;
         int taken = 0;
         for (const TuningRecord *r : warm_starts(prior, this_cpu(), j.shape)) {
             if (taken == 3) break;
             const ScheduleKind kind = r->backend == "halide" ? ScheduleKind::HalideCpu : ScheduleKind::MlirCpu;
-            const std::string what = r->shape.key() == j.shape.key() ? "this class's last choice" : "winner of " + r->shape.key();
+            const bool mine = r->shape.key() == j.shape.key();
+            const std::string what = mine ? "this class's last choice" : "winner of " + r->shape.key();
             try {
                 const ScheduleRecord rec = ScheduleRecord::from_json(r->schedule, kind, db_.best_path(j.spec->name));
-                if (search.add_seed(r->backend, rec, what)) ++taken;
+                if (search.add_seed(r->backend, rec, what)) {
+                    ++taken;
+                    if (mine) own = SearchCandidate{r->backend, rec, "", what};
+                }
             } catch (const UserError &) {
                 // a record of another knob set: not a seed
             }
         }
+        return own;
     }
 
     void tune_class(const ClassJob &j) {
@@ -1020,7 +1027,7 @@ private:
             if (s.best.count(b))
                 search.add_backend(b, b == "halide" ? hdef : mdef, space[b],
                                    [&, inner_extent](const ScheduleRecord &r) { return record_runs_on(*j.spec, j.plan, r, inner_extent); });
-        add_seeds(search, j);
+        const std::optional<SearchCandidate> own = add_seeds(search, j);
         search.confirm_with_more_rounds(true);
         std::map<std::string, size_t> by_record;  // backend|record text -> index into s.all
         for (const auto &[b, i] : s.best) by_record[b + "|" + (b == "halide" ? hdef : mdef).text()] = i;
@@ -1105,6 +1112,19 @@ private:
         for (const auto &[b, i] : s.defaults) last.push_back(i);
         for (const auto &[b, i] : s.best)
             if (std::find(last.begin(), last.end(), i) == last.end()) last.push_back(i);
+        // The class's own last choice, when the search never timed it (a 2 GiB class whose first
+        // batch, the defaults, took the budget), is a finalist too: a run short of time must not
+        // replace a choice measured before with the default (on a 480 MiB-L3 Xeon at 40 s a class,
+        // GroupNorm NCHW's 64 x 320 x 128 x 128 went from its choice at 84 % of the copy to the
+        // default at 52 %).
+        if (own && !g_interrupts && !by_record.count(own->backend + "|" + own->record.text())) {
+            Candidate c{own->backend, "", own->record.to_json(), own->backend + " " + own->seed + " (not reached by the search)", ""};
+            progress_.status("  " + head + ": compiling " + c.label);
+            if (prepare(s, c)) {
+                s.all.push_back(c);
+                last.push_back(s.all.size() - 1);
+            }
+        }
         const size_t finalists = last.size();
         last.insert(last.end(), baselines.begin(), baselines.end());
         // Twice the rounds of a batch, fewer when that would take the class past its budget (at least 3).

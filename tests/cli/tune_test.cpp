@@ -120,6 +120,43 @@ TEST_CASE("tune --reindex: the index rebuilt from the records alone (a run that 
     fs::remove_all(db);
 }
 
+TEST_CASE("tune: a retune whose budget the defaults take keeps the class's last choice among the finalists", "[cli][tune]") {
+    const TinyRun &t = tiny();
+    REQUIRE(t.r.code == 0);
+    const fs::path db = fresh_dir("tune-keep"), cache = fresh_dir("tune-keep-cache");
+    fs::create_directories(db);
+    fs::copy(t.db / "records", db / "records", fs::copy_options::recursive);
+    fs::copy(t.db / "best", db / "best", fs::copy_options::recursive);
+    // The class's last choice made a schedule no default is (a 2 GiB class's choice, say).
+    json best = json::parse(std::ifstream(db / "best" / "rms_norm.json"));
+    REQUIRE(best["entries"].size() == 1);
+    json &entry = best["entries"][0];
+    json &knobs = entry["schedule"]["knobs"];
+    if (entry["backend"] == "halide")
+        knobs["row_accumulators"] = knobs.value("row_accumulators", 4) == 2 ? 8 : 2;
+    else
+        knobs["sum_block"] = knobs.value("sum_block", 256) == 64 ? 1024 : 64;
+    const json planted = entry["schedule"];
+    std::ofstream(db / "best" / "rms_norm.json") << best.dump(1);
+    // A budget of 1 s: the defaults' batch takes it, so the search never times a seed.
+    Result r = normgen_cli("tune " + catalog("rms_norm") + " --shapes 'rows=64,d=256' --budget 1 --rounds 2 --no-autoschedulers --backend " +
+                           entry["backend"].get<std::string>() + " --db " + db.string() + " --cache " + cache.string());
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    std::vector<fs::path> shards;
+    for (const fs::directory_entry &e : fs::directory_iterator(db / "records" / "rms_norm")) shards.push_back(e.path());
+    REQUIRE(shards.size() == 1);
+    const std::vector<json> recs = read_lines(shards[0]);
+    REQUIRE_FALSE(recs.empty());
+    const std::string run = recs.back()["run"];
+    bool timed = false;
+    for (const json &rec : recs)
+        if (rec["run"] == run && rec["schedule"] == planted) timed = true;
+    CHECK(timed);  // the last choice was timed beside the defaults, and can stay the choice
+    fs::remove_all(db);
+    fs::remove_all(cache);
+}
+
 TEST_CASE("describe --shape: the tuned choice for the class, or the default and why", "[cli][tune]") {
     const TinyRun &t = tiny();
     REQUIRE(t.r.code == 0);
