@@ -48,10 +48,13 @@ constexpr double kWholeCheckBytesPerByte = 12;
 // MemAvailable of /proc/meminfo in bytes (-1 where it cannot be read).
 int64_t available_memory_bytes() {
     std::ifstream f("/proc/meminfo");
-    std::string key, unit;
-    int64_t kib = 0;
-    while (f >> key >> kib >> unit)
-        if (key == "MemAvailable:") return kib * 1024;
+    // Line by line: some lines (HugePages_Total:) carry no unit.
+    for (std::string line; std::getline(f, line);) {
+        std::istringstream in(line);
+        std::string key;
+        int64_t kib = 0;
+        if (in >> key >> kib && key == "MemAvailable:") return kib * 1024;
+    }
     return -1;
 }
 
