@@ -37,6 +37,11 @@ struct CaseSpec {
     // does not fit in memory (BatchNorm training 1024 x 256 x 56 x 56 in bf16 took normgen-measure
     // past 24 GB). 0: always the whole tensor.
     int64_t full_reference_elements = int64_t(1) << 25;
+    // A case checked on the whole tensor whose outputs add up over slices of its outermost axis (a
+    // backward's parameter gradients summed over rows or samples: slices_add_up) evaluates its
+    // float64 reference on slices of about this many elements of its largest tensor, one after
+    // another: the interpreter's float64 inputs and temporaries are a slice's. 0: all at once.
+    int64_t reference_slice_elements = int64_t(1) << 22;
     // The backward kernel of `layer` (Registry::select_grad) instead of the forward: its saved
     // statistics (mu, rstd, ...) are what the forward kernel computes from the case's x, its
     // upstream gradients d_<out> random like x.
@@ -103,6 +108,12 @@ private:
     void fill_saved_statistics(const Registry::Kernel &forward, uint64_t seed);
     void choose_sample_axis();
     OutputCheckSummary check_outputs(uint64_t seed) const;
+    struct Arg;
+    HostTensor gather(const Arg &g, const std::vector<int64_t> &idx) const;
+    TensorMap gather_inputs(const std::vector<int64_t> &idx) const;
+    // The float64 reference (or the running error bound's scales) of every index of the sampled
+    // axis, evaluated slice_rows_ indices at a time where that is not 0.
+    TensorMap whole_reference(bool magnitudes) const;
 
     CaseSpec spec_;
     Registry::Kernel kernel_;               // a copy: the case outlives no registry
@@ -127,6 +138,10 @@ private:
     int sample_axis_ = -1;
     int64_t sample_extent_ = 0;
     bool sample_whole_ = false;  // every index of the sampled axis (full_reference, not cut)
+    // A whole-tensor check whose outputs add up over slices of the outermost axis
+    // (slices_add_up: a backward's parameter gradients) evaluates its reference this many indices
+    // at a time (about 4M elements of its largest tensor); 0: all at once.
+    int64_t slice_rows_ = 0;
     std::vector<int64_t> extents_;   // per atomic axis
     std::vector<std::vector<halide_dimension_t>> dims_;
     std::vector<halide_buffer_t> bufs_;

@@ -444,4 +444,26 @@ TensorMap evaluate_magnitudes(const NormSpec &spec, const TensorMap &inputs, con
     return Interpreter(spec, inputs, overrides, options).run_magnitudes();
 }
 
+bool slices_add_up(const NormSpec &spec, AxisId axis) {
+    auto has = [axis](const AxisSet &s) { return std::find(s.begin(), s.end(), axis) != s.end(); };
+    // The values an output lacking the axis is: each must be a sum over the axis.
+    std::vector<bool> final_sum(spec.values.size(), false);
+    for (const OutputInfo &o : spec.outputs) {
+        if (has(o.axes)) continue;
+        const Node &e = *spec.values.at((size_t)o.value).expr;
+        if (e.kind != Node::Reduce || e.reduce != ReduceOp::Sum || !has(e.over)) return false;
+        final_sum[(size_t)o.value] = true;
+    }
+    // No other node reads across the axis, and nothing reads a final sum.
+    bool ok = true;
+    std::function<void(const Node &, bool)> visit = [&](const Node &n, bool top_of_final) {
+        if ((n.kind == Node::Reduce || n.kind == Node::Count) && has(n.over) && !top_of_final) ok = false;
+        if (n.kind == Node::Value && final_sum.at((size_t)n.index)) ok = false;
+        for (const auto &[a, i] : n.at) ok = ok && a != axis;
+        for (const NodePtr &a : n.args) visit(*a, false);
+    };
+    for (size_t v = 0; v < spec.values.size(); ++v) visit(*spec.values[v].expr, final_sum[v]);
+    return ok;
+}
+
 }  // namespace normgen

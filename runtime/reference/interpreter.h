@@ -45,4 +45,14 @@ TensorMap evaluate_reference(const NormSpec &spec, const TensorMap &inputs, cons
 TensorMap evaluate_magnitudes(const NormSpec &spec, const TensorMap &inputs, const Overrides &overrides = {},
                               const ReferenceOptions &options = {});
 
+// Whether the declaration can be evaluated one slice of the atomic axis `axis` at a time: every
+// output that spans the axis depends on its own slice only (no reduction or count reads across the
+// axis), and every output that lacks it is a sum over it, the last operation of its value (read by
+// nothing else). Then each output of the whole is its slices' outputs put side by side, or summed:
+// a backward's parameter gradients, summed over its rows (LayerNorm) or samples (GroupNorm), and not
+// BatchNorm training's, whose statistics reduce over the samples. evaluate_magnitudes adds up so
+// too, but for the sum's own rounding: its magnitude is its terms' magnitudes plus |the sum|, and
+// the slices' |sums| add up to at least the whole's.
+bool slices_add_up(const NormSpec &spec, AxisId axis);
+
 }  // namespace normgen

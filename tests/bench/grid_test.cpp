@@ -119,15 +119,15 @@ namespace {
 class Spoiled : public Baseline {
 public:
     enum Kind { Scale, Unwritten, Nan };
-    Spoiled(std::unique_ptr<Baseline> inner, const CaseTensors &t, Kind k, std::string out = "y", int64_t n = -1)
-        : inner_(std::move(inner)), t_(t), k_(k), out_(std::move(out)), n_(n) {}
+    Spoiled(std::unique_ptr<Baseline> inner, const CaseTensors &t, Kind k, std::string out = "y", int64_t n = -1, float scale = 1.001f)
+        : inner_(std::move(inner)), t_(t), k_(k), out_(std::move(out)), n_(n), scale_(scale) {}
     void run() override {
         inner_->run();
         inner_->publish();
         float *y = t_.f32(out_);
         const int64_t n = n_ >= 0 ? n_ : t_.at("rows") * t_.at("d");
         switch (k_) {
-        case Scale: y[n / 2] *= 1.001f; break;
+        case Scale: y[n / 2] *= scale_; break;
         case Unwritten: std::memset(&y[n - 1], 0xff, sizeof(float)); break;
         case Nan: y[0] = std::nanf(""); break;
         }
@@ -140,6 +140,7 @@ private:
     Kind k_;
     std::string out_;
     int64_t n_;
+    float scale_;
 };
 
 }  // namespace
@@ -283,17 +284,26 @@ TEST_CASE("on every backward case (cut down) both backends and every vendor back
     CHECK(checked >= 14);
 }
 
-TEST_CASE("the backward check rejects a vendor backward whose parameter gradient is off by 1e-3 in one element, unwritten or NaN", "[bench]") {
-    configure_threads();
-    configure_vendor_threads(bench_threads());
+namespace {
+
+// LayerNorm's f32 backward on `rows` rows of 333, checked on the whole tensor.
+CaseSpec layer_norm_backward(int64_t rows) {
     CaseSpec c;
     c.layer = "layer_norm";
     c.grad = true;
     c.full_reference = true;
     c.dtype = DType::F32;
-    c.sizes = {{"rows", 7}, {"d", 333}};
-    c.shape_label = "7x333";
-    KernelCase kc(registry(), c, 77);
+    c.sizes = {{"rows", rows}, {"d", 333}};
+    c.shape_label = std::to_string(rows) + "x333";
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("the backward check rejects a vendor backward whose parameter gradient is off by 1e-3 in one element, unwritten or NaN", "[bench]") {
+    configure_threads();
+    configure_vendor_threads(bench_threads());
+    KernelCase kc(registry(), layer_norm_backward(7), 77);
     REQUIRE(kc.error() == "");
     std::string why;
     for (const char *impl : {"onednn", "torch"}) {
@@ -303,5 +313,44 @@ TEST_CASE("the backward check rejects a vendor backward whose parameter gradient
             Spoiled s(make_baseline(impl, kc.tensors(), &why), kc.tensors(), k, "d_weight", 333);
             CHECK(kc.check_baseline(s) != "");
         }
+    }
+}
+
+TEST_CASE("a backward case whose reference is evaluated a few rows at a time passes the kernels and vendors and fails a spoiled d_x or d_weight", "[bench]") {
+    // The whole-tensor check of a DRAM-sized backward, evaluated on slices of its rows (the
+    // parameter gradients summed over them): here 3 rows of 333 at a time over 37 rows, the last
+    // slice one row; then the same case with the reference all at once, judged the same.
+    configure_threads();
+    configure_vendor_threads(bench_threads());
+    CaseSpec c = layer_norm_backward(37);
+    for (int64_t slice : {1000, 0}) {
+        c.reference_slice_elements = slice;
+        KernelCase kc(registry(), c, 78);
+        REQUIRE(kc.error() == "");
+        INFO(kc.check_message());
+        CHECK((kc.check_message().find("(all rows) against the float64 reference (evaluated 3 rows at a time)") != std::string::npos) ==
+              (slice != 0));
+        const Registry::Kernel *mlir = registry().select_grad("layer_norm", DType::F32, std::nullopt, Backend::Mlir);
+        REQUIRE(mlir != nullptr);
+        CHECK(kc.check_other(*mlir) == "");
+        int vendors = 0;
+        for (const char *impl : {"onednn", "torch"}) {
+            INFO(impl);
+            std::string why;
+            std::unique_ptr<Baseline> b = make_baseline(impl, kc.tensors(), &why);
+            if (!b) continue;
+            ++vendors;
+            CHECK(kc.check_baseline(*b) == "");
+            for (Spoiled::Kind k : {Spoiled::Scale, Spoiled::Unwritten, Spoiled::Nan}) {
+                INFO("spoiled: " << (int)k);
+                Spoiled w(make_baseline(impl, kc.tensors(), &why), kc.tensors(), k, "d_weight", 333);
+                CHECK(kc.check_baseline(w) != "");
+                // d_x's bound is widened by its terms' cancellation (about 1e-4 here, runtime/verify.h);
+                // its middle element, 1.7e-3, doubled.
+                Spoiled x(make_baseline(impl, kc.tensors(), &why), kc.tensors(), k, "d_x", 37 * 333, 2.f);
+                CHECK(kc.check_baseline(x) != "");
+            }
+        }
+        CHECK(vendors >= 1);
     }
 }

@@ -444,3 +444,67 @@ TEST_CASE("the subgradients: max, min, abs and the clamp, and step", "[grad]") {
     CHECK(out.at("d_x").data == std::vector<double>{2.0, 0.0, 2.0});
     CHECK(out.at("d_w").data == std::vector<double>{2.0, 1.0, 1.0});
 }
+
+TEST_CASE("a backward's outputs add up over slices of its outermost axis, as the benchmark's whole-tensor check evaluates them", "[grad]") {
+    auto load = [](const std::string &layer) { return load_norm_file(std::string(NORMGEN_SOURCE_DIR) + "/dsl/catalog/" + layer + ".norm"); };
+    auto outer = [](const NormSpec &s) { return s.tensors.at(0).dims.at(0); };
+    // Parameter gradients summed over the rows or samples, nothing else reading across them.
+    for (const char *layer : {"layer_norm", "layer_norm_weight_only", "rms_norm", "dyt", "fused_add_rms_norm", "poly_norm",
+                              "group_norm_nchw", "group_norm_nhwc", "instance_norm"}) {
+        INFO(layer);
+        const NormSpec g = differentiate(load(layer)).spec;
+        CHECK(slices_add_up(g, outer(g)));
+    }
+    // BatchNorm training's statistics reduce over its samples: its d_x needs all of them.
+    const NormSpec bn = differentiate(load("batch_norm_train")).spec;
+    CHECK_FALSE(slices_add_up(bn, outer(bn)));
+    // A forward whose outputs all span the rows: side by side.
+    CHECK(slices_add_up(load("layer_norm"), outer(load("layer_norm"))));
+    // An output lacking the axis that is not a plain sum over it: a mean, a scaled sum, a sum read by another.
+    for (const char *body : {"s = mean(x, over: rows)\n  y = x", "s = sum(x, over: rows) * 2\n  y = x", "s = sum(x, over: rows)\n  y = x - s"}) {
+        INFO(body);
+        const NormSpec t = load_norm_text("t.norm", std::string("norm t(x: [rows, d]) -> y, s {\n  ") + body + "\n}\n");
+        CHECK_FALSE(slices_add_up(t, outer(t)));
+    }
+
+    // LayerNorm's backward on 13 rows, evaluated whole and 4 rows at a time: d_x's slices side
+    // by side and d_weight's, d_bias's summed are the whole's, to float64's rounding.
+    const NormSpec g = differentiate(load("layer_norm")).spec;
+    const AxisId rows = outer(g);
+    const AxisExtents ext = choose_extents(g, {{"rows", 13}, {"d", 37}}, 1);
+    const TensorMap in = random_inputs(g, ext, RandomInputOptions{50, 7});
+    const TensorMap whole = evaluate_reference(g, in);
+    TensorMap sliced;
+    for (int64_t first = 0; first < 13; first += 4) {
+        const int64_t k = std::min<int64_t>(4, 13 - first);
+        TensorMap part_in;
+        for (const TensorInfo &t : g.tensors) {
+            HostTensor h = in.at(t.name);
+            if (!t.dims.empty() && t.dims[0] == rows) {
+                const size_t row = h.data.size() / 13;
+                h.data = std::vector<double>(h.data.begin() + (std::ptrdiff_t)(row * (size_t)first),
+                                             h.data.begin() + (std::ptrdiff_t)(row * (size_t)(first + k)));
+                h.shape[0] = k;
+            }
+            part_in[t.name] = h;
+        }
+        for (auto &[name, t] : evaluate_reference(g, part_in)) {
+            HostTensor &w = sliced[name];
+            if (g.find_output(name)->dims.at(0) == rows) {
+                w.data.insert(w.data.end(), t.data.begin(), t.data.end());
+            } else {
+                w.data.resize(t.data.size(), 0.0);
+                for (size_t i = 0; i < t.data.size(); ++i) w.data[i] += t.data[i];
+            }
+        }
+    }
+    for (const char *name : {"d_x", "d_weight", "d_bias"}) {
+        INFO(name);
+        const std::vector<double> &a = whole.at(name).data, &b = sliced.at(name).data;
+        REQUIRE(a.size() == b.size());
+        double worst = 0, scale = 0;
+        for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i])), scale = std::max(scale, std::fabs(a[i]));
+        CHECK(scale > 0);
+        CHECK(worst <= 1e-12 * scale);
+    }
+}
