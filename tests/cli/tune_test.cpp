@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -120,41 +121,84 @@ TEST_CASE("tune --reindex: the index rebuilt from the records alone (a run that 
     fs::remove_all(db);
 }
 
-TEST_CASE("tune: a retune whose budget the defaults take keeps the class's last choice among the finalists", "[cli][tune]") {
+namespace {
+
+// A retune of the tiny run's class from a copy of its database whose last choice was changed by
+// `plant` (the schedule's knobs, the backend's name); the run's records, the planted schedule.
+struct Retune {
+    std::vector<json> recs;
+    json planted;
+};
+Retune retune_planted(const std::string &name, const std::string &budget, const std::function<void(json &, const std::string &)> &plant) {
     const TinyRun &t = tiny();
     REQUIRE(t.r.code == 0);
-    const fs::path db = fresh_dir("tune-keep"), cache = fresh_dir("tune-keep-cache");
+    const fs::path db = fresh_dir(name), cache = fresh_dir(name + "-cache");
     fs::create_directories(db);
     fs::copy(t.db / "records", db / "records", fs::copy_options::recursive);
     fs::copy(t.db / "best", db / "best", fs::copy_options::recursive);
-    // The class's last choice made a schedule no default is (a 2 GiB class's choice, say).
     json best = json::parse(std::ifstream(db / "best" / "rms_norm.json"));
     REQUIRE(best["entries"].size() == 1);
     json &entry = best["entries"][0];
-    json &knobs = entry["schedule"]["knobs"];
-    if (entry["backend"] == "halide")
-        knobs["row_accumulators"] = knobs.value("row_accumulators", 4) == 2 ? 8 : 2;
-    else
-        knobs["sum_block"] = knobs.value("sum_block", 256) == 64 ? 1024 : 64;
-    const json planted = entry["schedule"];
+    const std::string backend = entry["backend"];
+    plant(entry["schedule"]["knobs"], backend);
+    Retune out;
+    out.planted = entry["schedule"];
     std::ofstream(db / "best" / "rms_norm.json") << best.dump(1);
-    // A budget of 1 s: the defaults' batch takes it, so the search never times a seed.
-    Result r = normgen_cli("tune " + catalog("rms_norm") + " --shapes 'rows=64,d=256' --budget 1 --rounds 2 --no-autoschedulers --backend " +
-                           entry["backend"].get<std::string>() + " --db " + db.string() + " --cache " + cache.string());
+    Result r = normgen_cli("tune " + catalog("rms_norm") + " --shapes 'rows=64,d=256' --budget " + budget +
+                           " --rounds 2 --no-autoschedulers --backend " + backend + " --db " + db.string() + " --cache " + cache.string());
     INFO(r.out);
     REQUIRE(r.code == 0);
     std::vector<fs::path> shards;
     for (const fs::directory_entry &e : fs::directory_iterator(db / "records" / "rms_norm")) shards.push_back(e.path());
     REQUIRE(shards.size() == 1);
-    const std::vector<json> recs = read_lines(shards[0]);
-    REQUIRE_FALSE(recs.empty());
-    const std::string run = recs.back()["run"];
-    bool timed = false;
-    for (const json &rec : recs)
-        if (rec["run"] == run && rec["schedule"] == planted) timed = true;
-    CHECK(timed);  // the last choice was timed beside the defaults, and can stay the choice
+    out.recs = read_lines(shards[0]);
+    REQUIRE_FALSE(out.recs.empty());
     fs::remove_all(db);
     fs::remove_all(cache);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("tune: a retune whose budget the defaults take keeps the class's last choice among the finalists", "[cli][tune]") {
+    // The class's last choice made a schedule no default is (a 2 GiB class's choice, say); a budget
+    // of 1 s: the defaults' batch takes it, so the search never times a seed.
+    const Retune t = retune_planted("tune-keep", "1", [](json &knobs, const std::string &backend) {
+        if (backend == "halide")
+            knobs["row_accumulators"] = knobs.value("row_accumulators", 4) == 2 ? 8 : 2;
+        else
+            knobs["sum_block"] = knobs.value("sum_block", 256) == 64 ? 1024 : 64;
+    });
+    const std::string run = t.recs.back()["run"];
+    bool timed = false;
+    for (const json &rec : t.recs)
+        if (rec["run"] == run && rec["schedule"] == t.planted) timed = true;
+    CHECK(timed);  // the last choice was timed beside the defaults, and can stay the choice
+}
+
+TEST_CASE("tune: the class's last choice, timed by the search, is timed again in the last batch beside the new choice", "[cli][tune]") {
+    // A search batch of few rounds judges each seed against the default only; the last choice must
+    // meet the choice that replaces it in the final batch's rounds. Planted: a last choice the
+    // search reaches at once (a seed), slow enough not to be its best: one accumulator and the
+    // narrowest vectors (Halide), the smallest blocks (MLIR).
+    const Retune t = retune_planted("tune-meet", "4", [](json &knobs, const std::string &backend) {
+        if (backend == "halide") {
+            knobs["row_accumulators"] = 1;
+            knobs["vector_width"] = 8;
+        } else {
+            knobs["sum_block"] = 64;
+            knobs["chunk_bytes"] = 131072;
+        }
+    });
+    const std::string run = t.recs.back()["run"];
+    // The final batch: the run's last records, written together, of its rounds.
+    const int final_reps = t.recs.back()["result"]["reps"];
+    size_t k = t.recs.size();
+    bool in_final = false, searched = false;
+    while (k > 0 && t.recs[k - 1]["run"] == run && t.recs[k - 1]["result"]["reps"] == final_reps) in_final |= t.recs[--k]["schedule"] == t.planted;
+    for (size_t i = 0; i < k; ++i) searched |= t.recs[i]["run"] == run && t.recs[i]["schedule"] == t.planted;
+    REQUIRE(searched);  // timed by the search (as a seed)
+    CHECK(in_final);
 }
 
 TEST_CASE("describe --shape: the tuned choice for the class, or the default and why", "[cli][tune]") {
