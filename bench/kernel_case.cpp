@@ -501,25 +501,22 @@ TensorMap KernelCase::whole_reference(bool magnitudes) const {
     // slice_rows_ indices of the outermost axis at a time (slices_add_up): an output spanning it
     // (its first dimension) takes each slice's rows in place, one lacking it their sum. The float64
     // inputs and temporaries of the interpreter are a slice's, not the whole tensor's.
-    // The magnitude of a sum is its terms' magnitudes plus |the sum| (its own rounding): a sum over
-    // slices takes each slice's |sum| out and the whole's in, so the bound is the whole's.
-    TensorMap whole, sums, abs_sums;
+    // The magnitude of a sum is its terms' magnitudes plus |the sum| (its own rounding): the
+    // reference's pass keeps each summed output's slices' |sums| added up, and the magnitudes' pass
+    // takes them out and the whole's |sum| (full_ref_) in, so the bound is the whole's.
+    if (magnitudes && full_ref_.empty()) throw std::logic_error("the sliced magnitudes need the reference first");
+    TensorMap whole;
     for (const Arg &g : args_) {
         if (g.arg->role != KernelArg::Output) continue;
         HostTensor &t = whole[g.arg->name];
         t.shape = g.shape;
         t.data.assign((size_t)g.numel, 0.0);
-        if (magnitudes && g.sample_pos < 0) {
-            sums[g.arg->name].data.assign((size_t)g.numel, 0.0);
-            abs_sums[g.arg->name].data.assign((size_t)g.numel, 0.0);
-        }
+        if (!magnitudes && g.sample_pos < 0) slice_abs_sums_[g.arg->name].data.assign((size_t)g.numel, 0.0);
     }
     for (int64_t first = 0; first < sample_extent_; first += slice_rows_) {
         idx.clear();
         for (int64_t i = first; i < std::min(sample_extent_, first + slice_rows_); ++i) idx.push_back(i);
-        const TensorMap inputs = gather_inputs(idx);
-        const TensorMap part = evaluate(inputs);
-        const TensorMap values = sums.empty() ? TensorMap{} : evaluate_reference(spec, inputs, {}, options);
+        const TensorMap part = evaluate(gather_inputs(idx));
         for (const Arg &g : args_) {
             if (g.arg->role != KernelArg::Output) continue;
             const std::vector<double> &p = part.at(g.arg->name).data;
@@ -527,10 +524,9 @@ TensorMap KernelCase::whole_reference(bool magnitudes) const {
             if (g.sample_pos < 0) {
                 if (p.size() != w.size()) throw std::logic_error("reference slice of '" + g.arg->name + "' has an unexpected size");
                 for (size_t i = 0; i < w.size(); ++i) w[i] += p[i];
-                if (!magnitudes) continue;
-                const std::vector<double> &v = values.at(g.arg->name).data;
-                std::vector<double> &sum = sums.at(g.arg->name).data, &abs_sum = abs_sums.at(g.arg->name).data;
-                for (size_t i = 0; i < w.size(); ++i) sum[i] += v[i], abs_sum[i] += std::fabs(v[i]);
+                if (magnitudes) continue;
+                std::vector<double> &abs_sum = slice_abs_sums_.at(g.arg->name).data;
+                for (size_t i = 0; i < w.size(); ++i) abs_sum[i] += std::fabs(p[i]);
             } else {
                 const size_t row = w.size() / (size_t)sample_extent_;
                 if (p.size() != row * idx.size()) throw std::logic_error("reference slice of '" + g.arg->name + "' has an unexpected size");
@@ -538,11 +534,12 @@ TensorMap KernelCase::whole_reference(bool magnitudes) const {
             }
         }
     }
-    for (auto &[name, sum] : sums) {
-        std::vector<double> &w = whole.at(name).data;
-        const std::vector<double> &abs_sum = abs_sums.at(name).data;
-        for (size_t i = 0; i < w.size(); ++i) w[i] += std::fabs(sum.data[i]) - abs_sum[i];
-    }
+    if (magnitudes)
+        for (const auto &[name, abs_sum] : slice_abs_sums_) {
+            std::vector<double> &w = whole.at(name).data;
+            const std::vector<double> &v = full_ref_.at(name).data;
+            for (size_t i = 0; i < w.size(); ++i) w[i] += std::fabs(v[i]) - abs_sum.data[i];
+        }
     return whole;
 }
 

@@ -150,6 +150,9 @@ private:
     // the running error bound's scales (evaluate_magnitudes), computed only when an output misses
     // the plain spot-check bound (a backward's terms can cancel: runtime/verify.h).
     mutable TensorMap full_ref_, full_mags_;
+    // A sliced reference's outputs lacking the sliced axis: the sum of their slices' |values|
+    // (whole_reference), which the magnitudes' pass trades for the whole's |value|.
+    mutable TensorMap slice_abs_sums_;
 };
 
 // bytes_per_call() of the case without allocating anything (0 when no kernel fits).
